@@ -1,0 +1,33 @@
+# Every target creates .venv if it is missing. torch is pinned to 2.13.0 (a CPU build) through
+# constraints.txt: an unpinned torch would pull a multi-GB CUDA build.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.respo-installed
+export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
+export RAY_AUTH_MODE := disabled
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e ".[train,trl,verl,dev]"
+	$(PY) -m pip check
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m respo demo
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/bench_losses.py
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis

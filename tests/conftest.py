@@ -1,0 +1,14 @@
+"""Test-wide environment: nothing is written under the home directory, nothing reaches a hub."""
+
+import os
+import tempfile
+
+_TMP = tempfile.mkdtemp(prefix="respo-tests-")
+os.environ.setdefault("MPLCONFIGDIR", os.path.join(_TMP, "matplotlib"))
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HOME", os.path.join(_TMP, "hf"))
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_TMP, "triton"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP, "inductor"))
