@@ -1,0 +1,102 @@
+"""The trainer's recomputation of response log-probs (one full forward, no KV cache).
+
+Layout shared with the sampler: prompts are LEFT-padded to a common length ``response_start``
+(= P), responses follow from column P, right padding after each response's EOS:
+
+    input_ids (B, L) = [pad .. pad, prompt | response tokens, pad .. pad]
+                        <------ P ------->  <--------- T = L - P -------->
+
+Positions are ``position_ids = cumsum(attention_mask) - 1`` (clamped at 0 on the pads), so a
+row's positions do not depend on how much left padding its batch needed, exactly as in the
+sampler. For response token t (column P + t) the log-prob comes from the logits at column
+P + t - 1:
+
+    logp[b, t] = log_softmax(logits[b, P + t - 1] / temperature)[input_ids[b, P + t]]
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens only: cumsum(mask) - 1, clamped at 0.
+
+    Args:
+        attention_mask: (B, L) 0/1.
+
+    Returns:
+        (B, L) long; the first real token of every row is at position 0.
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)  # (B, L)
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, tokens: torch.Tensor, *, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits)[tokens] and optionally the entropy, in float32.
+
+    Args:
+        logits: (..., V) already divided by the temperature.
+        tokens: (...) long indices into V.
+
+    Returns:
+        logp (...) and entropy (...) = -Σ_v p_v log p_v (or None).
+    """
+    logits = logits.float()
+    log_z = torch.logsumexp(logits, dim=-1)  # (...)
+    logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_z  # (...)
+    entropy = None
+    if with_entropy:
+        log_p = logits - log_z.unsqueeze(-1)  # (..., V)
+        entropy = -(log_p.exp() * log_p).sum(-1)  # (...)
+    return logp, entropy
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_start: int,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the response tokens ``input_ids[:, response_start:]`` under ``model``.
+
+    Gradients flow when called outside ``torch.no_grad``. Masked (padding) response positions
+    get a finite but meaningless value: multiply by the response mask.
+
+    Args:
+        model: a Hugging Face causal LM.
+        input_ids: (B, L) long, prompts left-padded to ``response_start`` columns.
+        attention_mask: (B, L) 0/1.
+        response_start: P, the column where every response starts (1 <= P < L).
+        temperature: logits are divided by it (must be > 0; match the sampler's).
+        with_entropy: also return the per-token entropy of the tempered distribution.
+
+    Returns:
+        logp (B, T) float32 and entropy (B, T) float32 or None, with T = L - P.
+    """
+    if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids and attention_mask must be (B, L) of the same shape, got "
+            f"{tuple(input_ids.shape)} and {tuple(attention_mask.shape)}"
+        )
+    L = input_ids.shape[1]
+    if not 1 <= response_start < L:
+        raise ValueError(f"response_start must be in [1, {L - 1}] for L = {L}, got {response_start}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    T = L - response_start
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        logits_to_keep=T + 1,  # columns P-1 .. L-1; the last one predicts nothing we score
+    )
+    logits = out.logits[:, :-1]  # (B, T, V): column P+t-1 predicts token P+t
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logprobs_from_logits(logits, input_ids[:, response_start:], with_entropy=with_entropy)
