@@ -1,0 +1,182 @@
+"""Atomic, verified checkpoints.
+
+Layout of ``<run>/ckpt/update-000042/``:
+
+- ``model.safetensors``  model weights (`safetensors.torch.save_model`, handles tied weights)
+- ``trainer.pt``         optimizer + scheduler state, RNG states (torch, python, numpy, sampling
+                         generator), update counter, data cursor, rollout buffer contents
+- ``manifest.json``      format version, update, and the SHA-256 and size of every file above
+
+A checkpoint is written into a temporary directory next to the final one, fsynced, and renamed
+into place, so a kill at any moment leaves either the previous checkpoints or the new complete one
+(plus, at worst, a ``.tmp-*`` directory that is ignored and cleaned up). Loading verifies the
+manifest; a missing file, wrong size or checksum raises `CheckpointError` rather than loading
+anything.
+
+Buffer rule: in sync mode the unconsumed mini-batches of the current rollout step are saved, so
+resume is bitwise. In async mode the rollout worker's queue is *not* saved: on resume the worker
+restarts from the learner's current weights (documented in `respo.train.async_`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state",
+           "set_rng_state", "FORMAT"]
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, partial or corrupt."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Every RNG a run draws from."""
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+            "generator": None if generator is None else generator.get_state()}
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if generator is not None and state.get("generator") is not None:
+        generator.set_state(state["generator"])
+
+
+def save_checkpoint(ckpt_root: str | Path, update: int, model: torch.nn.Module, trainer_state: dict[str, Any],
+                    *, keep: int = 2) -> Path:
+    """Write checkpoint ``update`` atomically under ``ckpt_root`` and keep the newest ``keep``.
+
+    Args:
+        ckpt_root: directory holding ``update-*`` checkpoints.
+        update: the number of optimizer steps taken so far.
+        model: the policy (its ``state_dict`` is written with safetensors).
+        trainer_state: picklable dict (optimizer/scheduler state dicts, RNG, cursor, buffer...).
+        keep: number of newest checkpoints kept.
+
+    Returns:
+        The final checkpoint directory.
+    """
+    root = Path(ckpt_root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"update-{update:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-update-{update:06d}-", dir=root))
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        buf = io.BytesIO()
+        torch.save(trainer_state, buf)
+        (tmp / "trainer.pt").write_bytes(buf.getvalue())
+        files = {}
+        for name in ("model.safetensors", "trainer.pt"):
+            p = tmp / name
+            with open(p, "rb+") as fh:
+                os.fsync(fh.fileno())
+            files[name] = {"sha256": _sha256(p), "bytes": p.stat().st_size}
+        manifest = {"format": FORMAT, "update": update, "files": files}
+        with open(tmp / MANIFEST, "w") as fh:
+            json.dump(manifest, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # re-saving the same update (e.g. at exit): replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in sorted(p for p in root.glob("update-*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-update-*"):
+        if stale != tmp:
+            shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
+    """Newest ``update-*`` directory under ``ckpt_root`` (not verified), or None."""
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return None
+    dirs = sorted(p for p in root.glob("update-*") if p.is_dir())
+    return dirs[-1] if dirs else None
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Check the manifest and every file's size and SHA-256; return the manifest."""
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r} has no {MANIFEST}: it is partial or not a checkpoint")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"checkpoint {str(path)!r}: {MANIFEST} is corrupt ({err})") from None
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {str(path)!r} has format {manifest.get('format')!r}, expected {FORMAT}")
+    bad = []
+    for name, meta in manifest.get("files", {}).items():
+        p = path / name
+        if not p.is_file():
+            bad.append(f"{name} is missing")
+        elif p.stat().st_size != meta["bytes"]:
+            bad.append(f"{name} has {p.stat().st_size} bytes, manifest says {meta['bytes']}")
+        elif _sha256(p) != meta["sha256"]:
+            bad.append(f"{name} fails its SHA-256 check")
+    if not manifest.get("files"):
+        bad.append("the manifest lists no files")
+    if bad:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: " + "; ".join(bad))
+    return manifest
+
+
+def load_checkpoint(path: str | Path, model: torch.nn.Module) -> dict[str, Any]:
+    """Verify ``path``, load its weights into ``model`` (strict) and return the trainer state."""
+    path = Path(path)
+    manifest = verify_checkpoint(path)
+    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not match the model: {len(missing)} missing and "
+                              f"{len(unexpected)} unexpected tensors (e.g. {(list(missing) + list(unexpected))[:3]})")
+    state = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+    if state.get("update") != manifest["update"]:
+        raise CheckpointError(f"checkpoint {str(path)!r}: trainer state is for update {state.get('update')}, "
+                              f"manifest says {manifest['update']}")
+    return state

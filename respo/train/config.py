@@ -1,0 +1,297 @@
+"""One flat, frozen training configuration: defaults < TOML file < command-line overrides.
+
+Every field is defined once here; `respo train --help` lists them all (generated from the
+dataclass, see `respo.cli`). `validate` checks a config up front and raises `ConfigError` naming
+every problem at once.
+
+Staleness vocabulary (DESIGN.md section 2): one rollout step samples ``reuse * prompts`` prompts
+x ``group_size`` responses with policy version v, splits them into ``reuse`` mini-batches of
+``prompts`` prompts and takes one optimizer step per mini-batch, so mini-batch k is trained with
+staleness k - 1. ``mode = "async"`` instead runs a rollout worker thread at most
+``max_staleness`` versions behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides"]
+
+GROUP_ADVANTAGES = ("grpo", "drgrpo", "rloo")
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
+MODES = ("sync", "async")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message lists every problem found."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """All settings of one training run (flat; every field overridable as ``--field value``).
+
+    Sizes follow the paper's notation: B = ``prompts`` per mini-batch, G = ``group_size``
+    responses per prompt, N = ``reuse`` (rollout-reuse ratio).
+    """
+
+    # --- task and policy ---
+    task: str = "addition"  # respo.runtime.tasks.get_task spec
+    task_kwargs: dict = field(default_factory=dict)  # extra get_task kwargs, e.g. {digits = 3}
+    model: str = "tiny-dense"  # preset name (tiny-dense, tiny-moe) or a local model directory
+    warm_start: bool = True  # presets only: start from the cached SFT warm start (respo.runtime.sft)
+    cache_dir: str = ".cache/respo"  # where warm starts are cached
+    out_dir: str = "runs/default"  # run directory (metrics.jsonl, config.json, summary.json, ckpt/)
+    seed: int = 0
+    threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
+    train_pool: int = 4096  # number of distinct training prompts (cycled, reshuffled per epoch)
+
+    # --- objective ---
+    objective: str = "respo"  # any name in respo.OBJECTIVES
+    objective_kwargs: dict = field(default_factory=dict)  # its hyperparameters, e.g. {pos = [2.0, 0.5, 2.0]}
+    loss_agg_mode: str = "token-mean"
+    adv_kind: str = "grpo"  # grpo | drgrpo | rloo
+
+    # --- batch and staleness ---
+    prompts: int = 16  # B: prompts per mini-batch (one optimizer step)
+    group_size: int = 8  # G: responses per prompt
+    reuse: int = 1  # N: mini-batches per rollout step (sync mode); staleness 0..N-1
+    micro_batch: int = 0  # sequences per forward/backward (gradient accumulation); 0 = whole mini-batch
+    updates: int = 64  # total optimizer steps (policy updates)
+    mode: str = "sync"  # sync | async
+    sync_every: int = 1  # async: push learner weights to the rollout worker every K updates
+    max_staleness: int = 4  # async: drop samples more than this many versions behind
+    queue_size: int = 2  # async: rollout batches the worker may have waiting
+
+    # --- sampling ---
+    max_new_tokens: int = 24
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    # --- optimizer (AdamW, linear warm-up then constant) ---
+    lr: float = 1e-4
+    warmup: int = 10  # warm-up updates
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0  # max global grad norm; 0 disables
+    adam_betas: tuple = (0.9, 0.999)
+    adam_eps: float = 1e-8
+
+    # --- MoE ---
+    routing_replay: bool = False  # replay rollout routing in old-logp and training forwards (MoE only)
+
+    # --- evaluation, checkpoints, logging ---
+    eval_prompts: int = 128  # held-out prompts for the final / periodic evaluation (0 = none)
+    eval_k: int = 4  # samples per held-out prompt (mean@k, pass@k)
+    eval_every: int = 0  # evaluate every this many updates (0 = only before and after)
+    eval_before: bool = True  # evaluate the initial policy too
+    checkpoint_every: int = 0  # updates between checkpoints (0 = only at exit)
+    keep_checkpoints: int = 2
+    tensorboard: bool = True  # also write TensorBoard events when tensorboard is installed
+    progress: bool = True  # tqdm progress bar
+
+    @property
+    def rollout_prompts(self) -> int:
+        """Prompts sampled per rollout step: N * B (sync) or B (async)."""
+        return self.prompts * (self.reuse if self.mode == "sync" else 1)
+
+    @property
+    def mini_batch_seqs(self) -> int:
+        """Sequences per optimizer step: B * G."""
+        return self.prompts * self.group_size
+
+
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """A JSON-ready dict of every field (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _field_type(name: str) -> type:
+    default = _FIELDS[name].default
+    if default is dataclasses.MISSING:
+        return dict
+    return type(default)
+
+
+def coerce(name: str, value: Any) -> Any:
+    """Convert a TOML or command-line value for field ``name`` to the field's type.
+
+    Strings from the command line are parsed: bools accept true/false/1/0/yes/no, dicts and
+    tuples accept JSON (``'{"digits": 3}'``, ``'[0.9, 0.95]'``).
+    """
+    if name not in _FIELDS:
+        raise ConfigError(f"unknown config field {name!r}; known fields: {', '.join(sorted(_FIELDS))}")
+    kind = _field_type(name)
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("true", "1", "yes", "on"):
+                    return True
+                if low in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError(f"expected true/false, got {value!r}")
+            if not isinstance(value, bool):
+                raise ValueError(f"expected a bool, got {value!r}")
+            return value
+        if kind in (dict, tuple):
+            if isinstance(value, str):
+                value = json.loads(value)
+            if kind is dict:
+                if not isinstance(value, Mapping):
+                    raise ValueError(f"expected a table/dict, got {value!r}")
+                return dict(value)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"expected a list, got {value!r}")
+            return tuple(value)
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(f"expected an integer, got {value!r}")
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError(f"expected a number, got {value!r}")
+            return float(value)
+        return str(value) if not isinstance(value, str) else value
+    except (ValueError, TypeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"config field {name!r}: {err}") from None
+
+
+def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+    """Return ``cfg`` with ``overrides`` (field -> raw value) applied; unknown fields raise."""
+    return dataclasses.replace(cfg, **{k.replace("-", "_"): coerce(k.replace("-", "_"), v) for k, v in overrides.items()})
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """Defaults, then the TOML file at ``path`` (flat keys; a ``[train]`` table is also accepted),
+    then ``overrides``; the result is validated.
+
+    Raises:
+        ConfigError: unreadable file, unknown key, wrong type, or any `validate` failure.
+    """
+    cfg = TrainConfig()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {err}") from None
+        if set(data) == {"train"} and isinstance(data["train"], dict):
+            data = data["train"]
+        cfg = apply_overrides(cfg, data)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
+    validate(cfg)
+    return cfg
+
+
+def _objective_params(fn) -> tuple[set[str], bool]:
+    """Keyword hyperparameters an objective accepts (beyond the common ones), and whether it takes **kwargs."""
+    common = {"logp", "old_logp", "advantages", "mask", "loss_agg_mode", "rollout_log_ratio", "global_tokens",
+              "global_seqs", "nan_policy"}
+    names, var_kw = set(), False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            var_kw = True
+        elif p.name not in common and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.add(p.name)
+    return names, var_kw
+
+
+def _is_preset(model: str) -> bool:
+    try:
+        from respo.runtime.models import PRESETS
+    except ImportError:  # runtime not importable: only the documented preset names
+        return model in ("tiny-dense", "tiny-moe")
+    return model in PRESETS
+
+
+def _try_objective(fn, cfg: TrainConfig) -> str | None:
+    """Run the objective once on a tiny dummy batch so bad hyperparameter values fail up front."""
+    import torch
+
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -1.5]])  # (2, 2)
+    mask = torch.ones(2, 2)
+    adv = torch.tensor([1.0, -1.0])
+    try:
+        loss, _ = fn(logp, logp - 0.1, adv, mask, loss_agg_mode=cfg.loss_agg_mode, rollout_log_ratio=None,
+                     global_tokens=None, global_seqs=None, **cfg.objective_kwargs)
+    except (ValueError, TypeError, AssertionError) as err:
+        return str(err)
+    if not torch.isfinite(loss):
+        return "the loss is not finite on a small test batch"
+    return None
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check ``cfg`` can run; raise one `ConfigError` listing every problem."""
+    errs: list[str] = []
+    positive = ("prompts", "updates", "max_new_tokens", "train_pool", "eval_k", "sync_every", "queue_size",
+                "keep_checkpoints")
+    for name in positive:
+        if getattr(cfg, name) < 1:
+            errs.append(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.reuse < 1:
+        errs.append(f"reuse (N, mini-batches per rollout step) must be >= 1, got {cfg.reuse}")
+    for name in ("micro_batch", "eval_prompts", "eval_every", "checkpoint_every", "warmup", "threads", "max_staleness"):
+        if getattr(cfg, name) < 0:
+            errs.append(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.adv_kind not in GROUP_ADVANTAGES:
+        errs.append(f"adv_kind {cfg.adv_kind!r} is unknown; choose one of {', '.join(GROUP_ADVANTAGES)}")
+    elif cfg.group_size < 2:
+        errs.append(f"group_size (G) must be >= 2 with group advantages ({cfg.adv_kind}), got {cfg.group_size}")
+    if cfg.micro_batch > 0 and cfg.mini_batch_seqs % cfg.micro_batch:
+        errs.append(f"micro_batch {cfg.micro_batch} does not divide the mini-batch of prompts*group_size = "
+                    f"{cfg.prompts}*{cfg.group_size} = {cfg.mini_batch_seqs} sequences")
+    if cfg.mode not in MODES:
+        errs.append(f"mode {cfg.mode!r} is unknown; choose sync or async")
+    if cfg.mode == "async" and cfg.reuse != 1:
+        errs.append(f"reuse (N) applies to sync mode only; async mode consumes one mini-batch per rollout, got reuse={cfg.reuse}")
+    if cfg.loss_agg_mode not in AGG_MODES:
+        errs.append(f"loss_agg_mode {cfg.loss_agg_mode!r} is unknown; choose one of {', '.join(AGG_MODES)}")
+    if not (cfg.lr > 0):
+        errs.append(f"lr must be > 0, got {cfg.lr}")
+    if cfg.weight_decay < 0:
+        errs.append(f"weight_decay must be >= 0, got {cfg.weight_decay}")
+    if cfg.grad_clip < 0:
+        errs.append(f"grad_clip must be >= 0 (0 disables), got {cfg.grad_clip}")
+    if len(cfg.adam_betas) != 2 or not all(0 <= b < 1 for b in cfg.adam_betas):
+        errs.append(f"adam_betas must be two numbers in [0, 1), got {list(cfg.adam_betas)}")
+    if not (cfg.temperature > 0):
+        errs.append(f"temperature must be > 0, got {cfg.temperature}")
+    if not (0 < cfg.top_p <= 1):
+        errs.append(f"top_p must be in (0, 1], got {cfg.top_p}")
+    if not _is_preset(cfg.model):
+        p = Path(cfg.model)
+        if not p.is_dir():
+            errs.append(f"model {cfg.model!r} is neither a preset (tiny-dense, tiny-moe) nor an existing model directory")
+        elif not (p / "config.json").is_file():
+            errs.append(f"model directory {cfg.model!r} has no config.json")
+    try:
+        from respo import OBJECTIVES
+    except ImportError:
+        OBJECTIVES = None
+    if OBJECTIVES is not None:
+        if cfg.objective not in OBJECTIVES:
+            errs.append(f"objective {cfg.objective!r} is unknown; choose one of {', '.join(sorted(OBJECTIVES))}")
+        else:
+            accepted, var_kw = _objective_params(OBJECTIVES[cfg.objective])
+            unknown = sorted(set(cfg.objective_kwargs) - accepted)
+            if unknown and not var_kw:
+                errs.append(f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(unknown)}; "
+                            f"it accepts {', '.join(sorted(accepted)) or 'none'}")
+            else:
+                bad = _try_objective(OBJECTIVES[cfg.objective], cfg)
+                if bad:
+                    errs.append(f"objective {cfg.objective!r} rejects objective_kwargs {cfg.objective_kwargs}: {bad}")
+    if errs:
+        raise ConfigError(f"{len(errs)} problem(s) in the training config:\n  - " + "\n  - ".join(errs))

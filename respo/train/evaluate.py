@@ -1,0 +1,86 @@
+"""Held-out evaluation: mean@k and unbiased pass@k from k samples per prompt, plus greedy accuracy.
+
+For a prompt with n samples of which c are correct, the unbiased estimator of pass@j (Chen et al.,
+2021, "Evaluating Large Language Models Trained on Code") is
+
+    pass@j = 1 - C(n - c, j) / C(n, j)
+
+averaged over prompts; mean@k is the mean correctness of all samples (the expected pass@1). The
+standard error of each is the standard deviation of its per-prompt value divided by sqrt(P).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+__all__ = ["pass_at_k", "evaluate_policy", "summarize_correct"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k)/C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    if t.numel() < 2:
+        return float(t.mean()) if t.numel() else float("nan"), float("nan")
+    return float(t.mean()), float(t.std(unbiased=True) / math.sqrt(t.numel()))
+
+
+def summarize_correct(correct: torch.Tensor) -> dict[str, float]:
+    """Metrics from a (P, k) 0/1 correctness table (P prompts, k samples each)."""
+    P, k = correct.shape
+    c = correct.sum(1).long().tolist()
+    out: dict[str, float] = {"prompts": P, "k": k}
+    out[f"mean@{k}"], out[f"mean@{k}_se"] = _mean_se(correct.double().mean(1).tolist())
+    for j in sorted({1, k} | ({2, 4, 8} & set(range(1, k + 1)))):
+        out[f"pass@{j}"], out[f"pass@{j}_se"] = _mean_se([pass_at_k(k, ci, j) for ci in c])
+    return out
+
+
+@torch.no_grad()
+def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens: int, temperature: float = 1.0,
+                    generator: torch.Generator | None = None, batch_rows: int = 512, greedy: bool = True,
+                    router_recorder=None) -> dict[str, float]:
+    """Sample ``k`` responses per held-out example at ``temperature`` and score them.
+
+    Returns:
+        ``mean@k`` (+ ``_se``), ``pass@j`` for j in {1, 2, 4, 8, k} up to k (+ ``_se``), the mean
+        response length, and ``greedy_acc`` (+ ``_se``) when ``greedy`` (top_p -> 0 keeps only the
+        arg-max token, i.e. greedy decoding).
+    """
+    from respo.runtime.sampler import sample
+
+    was_training = model.training
+    model.eval()
+    try:
+        prompts = [ex.prompt for ex in examples for _ in range(k)]
+        rewards, lengths = [], []
+        for i in range(0, len(prompts), batch_rows):
+            ro = sample(model, tokenizer, prompts[i:i + batch_rows], max_new_tokens=max_new_tokens,
+                        temperature=temperature, generator=generator)
+            exs = [examples[j // k] for j in range(i, i + len(ro.responses))]
+            rewards += [task.score(c, ex) for c, ex in zip(ro.responses, exs)]
+            lengths += ro.response_mask.sum(1).tolist()
+        correct = (torch.tensor(rewards) > 0).float().view(len(examples), k)  # (P, k)
+        out = summarize_correct(correct)
+        out["response_length"] = float(sum(lengths) / max(len(lengths), 1))
+        if greedy:
+            acc = []
+            for i in range(0, len(examples), batch_rows):
+                chunk = examples[i:i + batch_rows]
+                ro = sample(model, tokenizer, [ex.prompt for ex in chunk], max_new_tokens=max_new_tokens,
+                            temperature=1.0, top_p=1e-9, generator=generator)
+                acc += [float(task.score(c, ex) > 0) for c, ex in zip(ro.responses, chunk)]
+            out["greedy_acc"], out["greedy_acc_se"] = _mean_se(acc)
+        return out
+    finally:
+        model.train(was_training)
