@@ -1,0 +1,386 @@
+"""Router recording, routing replay and router-shift diagnostics on tiny random MoE models.
+
+Every test builds its models from a config (no hub): hidden 32, 2 layers, 6 experts, top-2,
+for the three supported families (Qwen3-MoE, Qwen2-MoE with a shared expert, Mixtral).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import (
+    AutoModelForCausalLM,
+    MixtralConfig,
+    Qwen2MoeConfig,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
+
+from respo.runtime.moe import (
+    find_moe_layers,
+    is_moe,
+    load_balance,
+    missing_index,
+    moe_metrics,
+    router_shift,
+    routing_replay,
+    RoutingRecorder,
+)
+
+FAMILIES = ["qwen3_moe", "qwen2_moe", "mixtral"]
+V, E, K = 32, 6, 2
+_COMMON = dict(
+    vocab_size=V,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    tie_word_embeddings=True,
+)
+
+
+def make_config(family: str, **overrides):
+    if family == "qwen3_moe":
+        kw = dict(num_experts=E, num_experts_per_tok=K, moe_intermediate_size=16, norm_topk_prob=True)
+        return Qwen3MoeConfig(**{**_COMMON, **kw, **overrides})
+    if family == "qwen2_moe":
+        # norm_topk_prob=False: the un-renormalised branch is exercised here.
+        kw = dict(
+            num_experts=E,
+            num_experts_per_tok=K,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            norm_topk_prob=False,
+        )
+        return Qwen2MoeConfig(**{**_COMMON, **kw, **overrides})
+    if family == "mixtral":
+        return MixtralConfig(**{**_COMMON, "num_local_experts": E, "num_experts_per_tok": K, **overrides})
+    raise KeyError(family)
+
+
+def make_model(family: str, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(make_config(family, **overrides)).eval()
+
+
+def response_logp(model, ids: torch.Tensor) -> torch.Tensor:
+    """log pi(ids[:, t] | ids[:, :t]) for t >= 1, (B, L-1)."""
+    logits = model(ids).logits[:, :-1].float()  # (B, L-1, V)
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def shift_routing(model, ids: torch.Tensor, steps: int = 3, lr: float = 0.05) -> None:
+    """A few AdamW steps on the sequence NLL with a large lr: moves every router."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    for _ in range(steps):
+        loss = -response_logp(model, ids).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def ids_batch(B: int = 3, L: int = 12, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, V, (B, L), generator=g)
+
+
+# ------------------------------------------------------------------------------------------
+# Discovery and errors
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_recording_matches_router_logits_topk(family):
+    """The recorded indices are the top-k of transformers' own ``router_logits`` output."""
+    model = make_model(family)
+    ids = ids_batch()
+    with RoutingRecorder(model) as rec:
+        out = model(ids, output_router_logits=True)
+    routing = rec.routing()  # (B, L, n_layers, k)
+    assert routing.shape == (3, 12, 2, K) and routing.dtype == torch.uint8
+    assert rec.num_experts == E and rec.n_layers == 2
+    for layer, logits in enumerate(out.router_logits):  # (B*L, E) each
+        expected = logits.topk(K, dim=-1).indices.sort(-1).values.reshape(3, 12, K)
+        assert torch.equal(routing[:, :, layer].long().sort(-1).values, expected)
+
+
+def test_only_moe_layers_are_counted():
+    """Qwen3-MoE with ``mlp_only_layers=[0]``: layer 0 is a dense MLP, one MoE layer remains."""
+    model = make_model("qwen3_moe", mlp_only_layers=[0])
+    assert [layer.name for layer in find_moe_layers(model)] == ["model.layers.1.mlp"]
+    with RoutingRecorder(model) as rec:
+        model(ids_batch())
+    assert rec.routing().shape == (3, 12, 1, K)
+
+
+def test_unsupported_model_raises_clear_error():
+    dense = AutoModelForCausalLM.from_config(
+        Qwen3Config(**{k: v for k, v in _COMMON.items()})
+    )
+    assert not is_moe(dense) and is_moe(make_model("mixtral"))
+    with pytest.raises(ValueError, match=r"Qwen3ForCausalLM.*not a supported MoE model.*qwen3_moe"):
+        RoutingRecorder(dense)
+    with pytest.raises(ValueError, match="not a supported MoE model"):
+        routing_replay(dense, torch.zeros(1, 4, 2, K, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="not a supported MoE model"):
+        RoutingRecorder(torch.nn.Linear(3, 3))
+
+
+def test_bad_routing_is_rejected_with_row_counts():
+    model = make_model("qwen3_moe")
+    ids = ids_batch()
+    with RoutingRecorder(model) as rec:
+        model(ids)
+    routing = rec.routing()
+    with pytest.raises(ValueError, match=r"n_layers=2, k=2"):
+        routing_replay(model, routing[:, :, :1])
+    bad = routing.clone()
+    bad[1, 3, 0, 0] = E  # expert 6 does not exist; one row affected
+    with pytest.raises(ValueError, match=r"outside \[0, 6\) in 1 of 3 rows"):
+        routing_replay(model, bad)
+    with pytest.raises(ValueError, match="replay_weights=True needs the recorded weights"):
+        routing_replay(model, routing, replay_weights=True)
+    with pytest.raises(ValueError, match="rows must match"):
+        with routing_replay(model, routing[:2]):
+            model(ids)
+    with pytest.raises(ValueError, match="rows must match"):
+        with routing_replay(model, routing[:, :5]):
+            model(ids)  # 12 columns > 5 recorded
+
+
+# ------------------------------------------------------------------------------------------
+# Replay
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_replay_with_unchanged_weights_is_a_no_op(family):
+    """Nothing moved: replay gives the plain log-probs and the plain gradients."""
+    model = make_model(family)
+    ids = ids_batch()
+    with RoutingRecorder(model, record_weights=True) as rec:
+        plain = response_logp(model, ids)  # (B, L-1)
+    routing, weights = rec.routing(), rec.weights()
+
+    plain.sum().backward()
+    plain_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+
+    with routing_replay(model, routing) as rp:
+        replayed = response_logp(model, ids)
+        replayed.sum().backward()
+    # gather(softmax, recorded idx) equals topk's values exactly, so this is bitwise.
+    assert torch.equal(replayed, plain)
+    assert torch.equal(rp.router_routing(), routing)
+    for name, p in model.named_parameters():
+        # The router gradient flows through gather instead of topk: same maths.
+        torch.testing.assert_close(p.grad, plain_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+    model.zero_grad()
+
+    with routing_replay(model, routing, weights=weights, replay_weights=True):
+        replayed_w = response_logp(model, ids)
+        replayed_w.sum().backward()
+    torch.testing.assert_close(replayed_w, plain, rtol=0, atol=1e-6)
+    # Replayed weights are constants: no gradient reaches the routers.
+    for layer in find_moe_layers(model):
+        assert layer.router.weight.grad is None or not layer.router.weight.grad.any()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_replay_pins_experts_after_updates(family):
+    """After updates that move the routers, replay routes exactly as recorded; without it
+    some tokens change experts."""
+    model = make_model(family)
+    ids = ids_batch(B=4, L=16)
+    with RoutingRecorder(model) as rec:
+        logp_old = response_logp(model, ids).detach()
+    recorded = rec.routing()
+
+    shift_routing(model, ids)
+
+    with RoutingRecorder(model) as rec_free:
+        logp_free = response_logp(model, ids)
+    free = rec_free.routing()
+    shift_free = router_shift(recorded, free)
+    assert shift_free.overall > 0 and shift_free.any_layer > 0
+
+    with routing_replay(model, recorded) as rp, RoutingRecorder(model) as rec_replay:
+        logp_replay = response_logp(model, ids)
+        logp_replay.sum().backward()
+    replayed = rec_replay.routing()  # what the experts modules actually received
+    shift_replay = router_shift(recorded, replayed)
+    assert shift_replay.overall == 0 and shift_replay.any_layer == 0
+    assert shift_replay.overlap == 1 and shift_replay.tokens == 4 * 16
+    assert torch.equal(replayed, recorded)
+    # Replay changes the computation (and not to the old policy: the weights moved).
+    assert not torch.allclose(logp_replay, logp_free)
+    assert not torch.allclose(logp_replay, logp_old)
+    # The gating weights stay differentiable in the current routers.
+    for layer in find_moe_layers(model):
+        assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 0
+    # The router's own choice in layer 0 sees the same input with or without replay.
+    natural = rp.router_routing()
+    assert torch.equal(natural[:, :, 0], free[:, :, 0])
+
+
+def test_replay_off_is_the_plain_model_bitwise():
+    """Entering and leaving the contexts leaves no trace: the model equals an untouched twin."""
+    model, twin = make_model("qwen3_moe"), make_model("qwen3_moe")
+    ids = ids_batch()
+    with RoutingRecorder(model) as rec:
+        model(ids)
+    other = rec.routing().clone()
+    other[..., 0] = (other[..., 1].long() + 1 + other[..., 0].long()) % E  # different experts
+    other[..., 0] = torch.where(other[..., 0] == other[..., 1], (other[..., 0] + 1) % E, other[..., 0])
+    with routing_replay(model, other):
+        changed = model(ids).logits
+    after = model(ids).logits
+    assert torch.equal(after, twin(ids).logits)
+    assert not torch.equal(changed, after)  # the replay did do something while on
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+def test_missing_positions_use_the_current_router():
+    """Sentinel positions (never fed at rollout time) fall back to the router's own choice."""
+    model = make_model("mixtral")
+    ids = ids_batch()
+    with RoutingRecorder(model) as rec:
+        plain = model(ids).logits
+    routing = rec.routing().clone()
+    routing[:, -3:] = missing_index(routing.dtype)
+    with routing_replay(model, routing):
+        assert torch.equal(model(ids).logits, plain)
+
+
+# ------------------------------------------------------------------------------------------
+# Recording during KV-cached decoding
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_kv_cached_recording_equals_full_forward(family):
+    """Prefill (B, P) + (B, 1) decode steps record the same experts as one forward (B, L)."""
+    model = make_model(family)
+    prompts = ids_batch(B=3, L=6, seed=3)
+    attention_mask = torch.ones_like(prompts)
+    prompts[0, :2], attention_mask[0, :2] = 0, 0  # left padding on row 0
+    torch.manual_seed(0)
+    with torch.inference_mode(), RoutingRecorder(model, record_weights=True) as rec:
+        seq = model.generate(
+            prompts,
+            attention_mask=attention_mask,
+            max_new_tokens=6,
+            do_sample=True,
+            pad_token_id=0,
+            eos_token_id=None,
+        )
+        steps = [t.shape[1] for t in rec._index[0]]
+    assert steps == [6, 1, 1, 1, 1, 1]  # prefill then one column per decoded token
+    seq = seq.clone()  # a normal tensor, usable under autograd below
+    B, L = seq.shape
+    cached = rec.routing(length=L)  # the last sampled token is never fed back
+    assert cached.shape == (B, L, 2, K) and rec.num_positions == L - 1
+    assert (cached[:, -1] == missing_index(cached.dtype)).all()
+    assert torch.isnan(rec.weights(length=L)[:, -1]).all()
+
+    full_mask = torch.cat([attention_mask, torch.ones(B, L - 6, dtype=attention_mask.dtype)], 1)
+    with RoutingRecorder(model) as rec_full:
+        model(seq, attention_mask=full_mask)
+    full = rec_full.routing()
+    shift = router_shift(cached, full, full_mask)
+    assert shift.overall == 0 and shift.tokens == full_mask[:, :-1].sum()
+
+    # The recording made under inference_mode replays in a grad-enabled forward.
+    with routing_replay(model, cached):
+        logp = response_logp(model, seq)
+    assert logp.requires_grad
+
+
+# ------------------------------------------------------------------------------------------
+# Diagnostics
+# ------------------------------------------------------------------------------------------
+
+
+def test_router_shift_hand_example():
+    # B=1, L=3, 2 layers, k=2.
+    # layer 0: a = {0,1} {2,3} {1,0};  b = {1,0} {2,4} {1,0}  -> changed at p=1 only
+    # layer 1: identical (order swapped at p=0, which does not count)
+    a = torch.tensor([[[[0, 1], [5, 4]], [[2, 3], [0, 1]], [[1, 0], [2, 3]]]], dtype=torch.uint8)
+    b = torch.tensor([[[[1, 0], [4, 5]], [[2, 4], [0, 1]], [[1, 0], [2, 3]]]], dtype=torch.uint8)
+    s = router_shift(a, b)
+    torch.testing.assert_close(s.per_layer, torch.tensor([1 / 3, 0.0]))
+    torch.testing.assert_close(s.overall, torch.tensor(1 / 6))  # 1 changed of 6 (token, layer)
+    torch.testing.assert_close(s.any_layer, torch.tensor(1 / 3))  # token 1 of 3
+    # overlap |A∩B|/k: layer 0 -> 1, 1/2, 1; layer 1 -> 1, 1, 1: mean 5.5 / 6
+    torch.testing.assert_close(s.overlap, torch.tensor(5.5 / 6))
+    # A response mask (1, 1) covers the last column only, where nothing changed.
+    assert router_shift(a, b, torch.ones(1, 1)).overall == 0
+    # A (B, L) mask selecting column 1 only: layer 0 changed there -> 1/2 overall.
+    torch.testing.assert_close(router_shift(a, b, torch.tensor([[0.0, 1.0, 0.0]])).overall, torch.tensor(0.5))
+    # Missing positions are left out: mark column 1 missing in b -> nothing changed.
+    b_missing = b.clone()
+    b_missing[0, 1] = missing_index(torch.uint8)
+    s = router_shift(a, b_missing)
+    assert s.overall == 0 and s.tokens == 2
+    # No valid token: fractions are 0, overlap 1.
+    s = router_shift(a, b, torch.zeros(1, 3))
+    assert s.overall == 0 and s.overlap == 1 and s.tokens == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    B=st.integers(1, 4),
+    L=st.integers(1, 6),
+    n_layers=st.integers(1, 3),
+)
+def test_router_shift_properties(seed, B, L, n_layers):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(B, L, n_layers, E, generator=g).topk(K, -1).indices.to(torch.uint8)
+    b = torch.rand(B, L, n_layers, E, generator=g).topk(K, -1).indices.to(torch.uint8)
+    same = router_shift(a, a.flip(-1))  # permuting within the top-k changes nothing
+    assert same.overall == 0 and same.overlap == 1
+    ab, ba = router_shift(a, b), router_shift(b, a)
+    assert torch.equal(ab.per_layer, ba.per_layer)  # symmetric
+    assert 0 <= ab.overall <= ab.any_layer <= 1
+    torch.testing.assert_close(ab.overall, ab.per_layer.mean())
+    # changed <=> overlap < 1, so 1 - overlap <= overall * (1 - 0)... and overlap >= 1 - overall
+    assert ab.overlap >= 1 - ab.overall - 1e-6
+    bal = load_balance(a, E)
+    torch.testing.assert_close(bal.load.sum(-1), torch.ones(n_layers))
+    assert ((bal.entropy >= 0) & (bal.entropy <= 1 + 1e-6)).all()
+    assert ((bal.max_load >= 1 - 1e-6) & (bal.max_load <= E / K + 1e-6)).all()
+
+
+def test_load_balance_hand_example():
+    # E=4, k=2. Layer 0: every token -> {0,1}: load = [.5, .5, 0, 0]
+    #   entropy = log 2 / log 4 = 0.5; max_load = 4 * .5 = 2; cv = std/mean = .25/.25 = 1
+    # Layer 1: tokens -> {0,1}, {2,3}: load = [.25]*4: entropy 1, max_load 1, cv 0
+    routing = torch.tensor([[[[0, 1], [0, 1]], [[1, 0], [2, 3]]]], dtype=torch.uint8)  # (1,2,2,2)
+    bal = load_balance(routing, 4)
+    torch.testing.assert_close(bal.load, torch.tensor([[0.5, 0.5, 0, 0], [0.25] * 4]))
+    torch.testing.assert_close(bal.entropy, torch.tensor([0.5, 1.0]))
+    torch.testing.assert_close(bal.max_load, torch.tensor([2.0, 1.0]))
+    torch.testing.assert_close(bal.cv, torch.tensor([1.0, 0.0]))
+    # Masking out token 1 leaves layer 1 with {0,1} only: the same as layer 0.
+    bal = load_balance(routing, 4, torch.tensor([[1.0, 0.0]]))
+    torch.testing.assert_close(bal.entropy, torch.tensor([0.5, 0.5]))
+
+    m = moe_metrics(routing, routing, 4)
+    assert set(m) >= {"moe/router_shift", "moe/router_shift/layer_1", "moe/load_entropy"}
+    assert all(v.dim() == 0 and not v.requires_grad for v in m.values())
+    torch.testing.assert_close(m["moe/load_entropy"], torch.tensor(0.75))
+    assert m["moe/router_shift"] == 0
+    assert math.isclose(float(m["moe/load_max"]), 1.5)
