@@ -154,9 +154,6 @@ def test_bad_routing_is_rejected_with_row_counts():
     with pytest.raises(ValueError, match="rows must match"):
         with routing_replay(model, routing[:2]):
             model(ids)
-    with pytest.raises(ValueError, match="rows must match"):
-        with routing_replay(model, routing[:, :5]):
-            model(ids)  # 12 columns > 5 recorded
 
 
 # ------------------------------------------------------------------------------------------
@@ -262,6 +259,34 @@ def test_missing_positions_use_the_current_router():
     routing[:, -3:] = missing_index(routing.dtype)
     with routing_replay(model, routing):
         assert torch.equal(model(ids).logits, plain)
+    # Columns beyond a shorter routing are missing too (a rollout recording lacks the last
+    # sampled token). Replaying a routing whose last 3 columns come from another model shows
+    # the difference: the columns replayed there change the output, a truncated routing not.
+    other = make_model("mixtral", seed=5)
+    with RoutingRecorder(other) as rec_other:
+        other(ids)
+    mixed = torch.cat([routing[:, :-3], rec_other.routing()[:, -3:]], dim=1)
+    assert router_shift(mixed, rec.routing()).overall > 0
+    with routing_replay(model, mixed):
+        assert not torch.equal(model(ids).logits, plain)
+    with routing_replay(model, routing[:, :-3]):
+        assert torch.equal(model(ids).logits, plain)
+    # router_shift leaves out columns present in one routing only.
+    s = router_shift(rec.routing(), mixed[:, :-3], torch.ones(3, 12))
+    assert s.overall == 0 and s.tokens == 3 * 9
+
+
+def test_nested_recorder_installs_one_set_of_hooks():
+    model = make_model("qwen3_moe")
+    ids = ids_batch()
+    rec = RoutingRecorder(model)
+    with rec:
+        with rec:  # e.g. the trainer enters it and the sampler enters it again
+            model(ids)
+        model(ids[:, :4])
+    assert rec.num_positions == 12 + 4
+    assert torch.equal(rec.routing()[:, 12:], rec.routing()[:, :4])  # same prefix, same experts
+    assert all(not m._forward_pre_hooks for m in model.modules())
 
 
 # ------------------------------------------------------------------------------------------

@@ -55,8 +55,10 @@ renormalised exactly as the family does, so they stay differentiable in the rout
 ``replay_weights=True`` the recorded weights (``RoutingRecorder(record_weights=True)``) are
 replayed too. With unchanged weights replay reproduces the plain forward bitwise.
 
-A forward under replay must see the same rows ``B`` as the routing and ``S <= L`` columns
-(a prefix: trimming right padding is fine). Slice ``routing[rows]`` for micro-batches.
+A forward under replay must see the same rows ``B`` as the routing (slice ``routing[rows]`` for
+micro-batches); its ``S`` columns are matched to the routing's first ``S`` columns, and columns
+beyond the routing's ``L`` count as missing (so a recording that lacks the last sampled token,
+or trimmed right padding, both work).
 
 Diagnostics (pure functions of tensors; detached tensors, no ``.item()``)::
 
@@ -305,6 +307,7 @@ class RoutingRecorder:
         self.dtype = routing_dtype(self.num_experts)
         self.record_weights = record_weights
         self._handles: list[Any] = []
+        self._depth = 0
         self._shapes: dict[int, tuple[int, int]] = {}
         self.clear()
 
@@ -331,8 +334,9 @@ class RoutingRecorder:
         return hook
 
     def __enter__(self) -> RoutingRecorder:
-        if self._handles:
-            raise RuntimeError("RoutingRecorder is already active")
+        self._depth += 1
+        if self._depth > 1:  # nested use of the same recorder (e.g. trainer and sampler): one set of hooks
+            return self
         for i, layer in enumerate(self.layers):
             self._handles.append(
                 layer.block.register_forward_pre_hook(
@@ -345,6 +349,9 @@ class RoutingRecorder:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._depth -= 1
+        if self._depth > 0:
+            return
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -412,6 +419,14 @@ def _check_routing(routing: torch.Tensor, layers: list[MoELayer]) -> None:
         )
 
 
+def _fit_columns(x: torch.Tensor, S: int, fill) -> torch.Tensor:
+    """First S columns of x (B, L, ...); columns beyond L are filled with ``fill`` (missing)."""
+    if S <= x.shape[1]:
+        return x[:, :S]
+    pad = x.new_full((x.shape[0], S - x.shape[1], *x.shape[2:]), fill)
+    return torch.cat([x, pad], dim=1)
+
+
 class RoutingReplay:
     """Context manager forcing each MoE layer to use recorded experts (see ``routing_replay``)."""
 
@@ -447,18 +462,20 @@ class RoutingReplay:
         def hook(module, args, output):
             router_logits, top_k_weights, top_k_index = output  # (N, E), (N, k), (N, k)
             B, S = self._shapes[i]
-            if B != self.routing.shape[0] or S > self.routing.shape[1]:
+            if B != self.routing.shape[0]:
                 raise ValueError(
-                    f"routing_replay: forward of shape (B={B}, S={S}) does not fit the routing "
-                    f"{tuple(self.routing.shape[:2])}: rows must match and S <= L (slice "
-                    "routing[rows] for micro-batches)"
+                    f"routing_replay: a forward with B={B} rows does not fit the routing's "
+                    f"{self.routing.shape[0]} rows: rows must match (slice routing[rows] for "
+                    "micro-batches)"
                 )
             self._natural[i] = top_k_index.detach().reshape(B, S, -1)
-            rec = self.routing[:, :S, i].to(top_k_index.device).long().reshape(B * S, -1)  # (N, k)
+            rec = _fit_columns(self.routing[:, :, i], S, self._sentinel)  # (B, S, k)
+            rec = rec.to(top_k_index.device).long().reshape(B * S, -1)  # (N, k)
             missing = (rec == self._sentinel).any(-1, keepdim=True)  # (N, 1)
             index = torch.where(missing, top_k_index, rec)  # (N, k)
             if self.replay_weights:
-                w_rec = self.weights[:, :S, i].to(top_k_weights.device).reshape(B * S, -1)
+                w_rec = _fit_columns(self.weights[:, :, i], S, float("nan"))  # (B, S, k)
+                w_rec = w_rec.to(top_k_weights.device).reshape(B * S, -1)
                 weight = torch.where(missing, top_k_weights, w_rec.to(top_k_weights.dtype))
                 return router_logits, weight, index
             probs = torch.softmax(router_logits.float(), dim=-1)  # (N, E)
@@ -601,10 +618,10 @@ def router_shift(
 
     Args:
         routing_a: (B, L, n_layers, k) e.g. the rollout's recording.
-        routing_b: (B, L', n_layers, k), L' <= L allowed if both cover the mask: compared on the
-            first min(L, L') columns, e.g. the training pass's.
-        mask: (B, L) position mask, or a response mask (B, T) right-aligned to the last T
-            columns; None = all positions.
+        routing_b: (B, L', n_layers, k), e.g. the training pass's. Only the first min(L, L')
+            columns are compared; columns present in one routing only count as missing.
+        mask: (B, max(L, L')) position mask, or a response mask (B, T) right-aligned to the
+            last T columns; None = all positions.
 
     Returns:
         ``RouterShift``; fractions are 0 when no token is valid.
@@ -616,12 +633,7 @@ def router_shift(
         )
     B, L = routing_a.shape[0], max(routing_a.shape[1], routing_b.shape[1])
     m = _position_mask(mask, B, L, routing_a.device)
-    Lc = min(routing_a.shape[1], routing_b.shape[1])
-    if m[:, Lc:].any():
-        raise ValueError(
-            f"mask covers columns >= {Lc} that one routing does not have in "
-            f"{int(m[:, Lc:].any(1).sum())} rows"
-        )
+    Lc = min(routing_a.shape[1], routing_b.shape[1])  # columns beyond count as missing
     a, b = routing_a[:, :Lc], routing_b[:, :Lc].to(routing_a.device)
     valid = m[:, :Lc, None] & _valid(a) & _valid(b)  # (B, Lc, n_layers)
     a, b = a.long(), b.long()
