@@ -1,0 +1,200 @@
+"""Tasks: deterministic disjoint splits, demonstrations that score +1, verifiers that never crash."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from respo.runtime.tasks import (
+    AdditionTask,
+    Example,
+    OverlongPenalty,
+    get_task,
+    read_math_rows,
+    safe_eval,
+    score_batch,
+)
+
+
+def test_addition_scratchpad_by_hand():
+    # 123 + 456, columns least significant first as a_i b_i carry_in s_i:
+    #   3+6+0 = 9 -> "3609"; 2+5+0 = 7 -> "2507"; 1+4+0 = 5 -> "1405"; sum zero-padded "0579"
+    task = get_task("addition", digits=3)
+    ex = Example("123+456=", "579", {"a": 123, "b": 456})
+    assert task.demonstration(ex) == "3609;2507;1405;0579"
+    # 958 + 67 at 3 digits: 8+7=15 -> "8705" carry 1; 5+6+1=12 -> "5612" carry 1;
+    #   9+0+1=10 -> "9010" carry 1; sum 1025
+    ex = Example("958+67=", "1025", {"a": 958, "b": 67})
+    assert task.demonstration(ex) == "8705;5612;9010;1025"
+    assert task.score("8705;5612;9010;1025", ex) == 1.0
+    assert task.score("8705;5612;9010;1024", ex) == -1.0
+    assert task.score("", ex) == -1.0 and task.score(";;;", ex) == -1.0
+    assert get_task("addition", scratchpad=False).demonstration(ex) == "1025"
+
+
+@pytest.mark.parametrize("digits,length", [(3, 19), (5, 31)])
+def test_addition_response_length(digits, length):
+    # 5 characters per column (4 + ';') plus digits+1 for the sum: 6*digits + 1 (EOS not counted)
+    task = get_task("addition", digits=digits)
+    for ex in task.examples("train", 20, seed=0):
+        demo = task.demonstration(ex)
+        assert len(demo) == length == task.response_length()
+        assert task.score(demo, ex) == 1.0
+
+
+@pytest.mark.parametrize(
+    "spec,kwargs",
+    [("addition", {"digits": 2}), ("countdown", {}), ("reasoning_gym:basic_arithmetic", {})],
+)
+def test_splits_deterministic_and_disjoint(spec, kwargs):
+    task = get_task(spec, **kwargs)
+    train = task.examples("train", 200, seed=1)
+    assert [e.prompt for e in train] == [e.prompt for e in task.examples("train", 200, seed=1)]
+    assert [e.prompt for e in train] != [e.prompt for e in task.examples("train", 200, seed=2)]
+    test = task.examples("test", 40, seed=1) + task.examples("test", 40, seed=7)
+    assert len(train) == 200 and len(test) == 80
+    assert not {e.prompt for e in train} & {e.prompt for e in test}
+    for ex in train[:30] + test[:10]:
+        assert task.score(task.demonstration(ex), ex) == 1.0
+
+
+def test_countdown_verifier():
+    task = get_task("countdown")
+    ex = Example("3,7,12,5>120:", "120", {"numbers": [3, 7, 12, 5], "target": 120})
+    assert task.score("(3+7)*12", ex) == 1.0
+    assert task.score(" 12 * (7 + 3) ", ex) == 1.0
+    assert task.score("12*10", ex) == -1.0  # 10 is not given
+    assert task.score("(3+7)*12+5-5", ex) == -1.0  # 5 used twice
+    assert task.score("5*(12+12)", ex) == -1.0  # 12 used twice
+    assert task.score("120", ex) == -1.0
+    for bad in ["", "(3+7", "__import__('os').system('true')", "3**7", "-3+7", "3/0", "1.5*80", "x"]:
+        assert task.score(bad, ex) == -1.0
+    ex2 = Example("4,6,2,9>3:", "3", {"numbers": [4, 6, 2, 9], "target": 3})
+    assert task.score("6/2", ex2) == 1.0 and task.score("9/(4-2)", ex2) == -1.0  # 4.5
+
+
+def test_safe_eval_is_exact():
+    value, used = safe_eval("(7-3)/(2*6)")
+    assert value * 3 == 1 and used == [7, 3, 2, 6]  # 4/12 = 1/3 exactly
+    with pytest.raises(ValueError, match="disallowed"):
+        safe_eval("abs(3)")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_verifiers_never_crash(text):
+    add, cd = get_task("addition"), get_task("countdown")
+    a = add.examples("train", 1, seed=0)[0]
+    c = cd.examples("train", 1, seed=0)[0]
+    assert add.score(text, a) in (1.0, -1.0)
+    assert cd.score(text, c) in (1.0, -1.0)
+
+
+def test_overlong_penalty_and_batch_scoring():
+    # max_len 20, buffer 4: free up to 16; 18 -> (16 - 18)/4 = -0.5; beyond 20 -> -1
+    pen = OverlongPenalty(20, 4)
+    assert [pen(10), pen(16), pen(18), pen(20), pen(25)] == [0.0, 0.0, -0.5, -1.0, -1.0]
+    task = get_task("addition", digits=3, overlong=(20, 4))
+    ex = Example("123+456=", "579", {"a": 123, "b": 456})
+    demo = "3609;2507;1405;0579"  # 19 characters -> -0.75
+    assert task.score(demo, ex) == pytest.approx(1.0 - 0.75)
+    assert task.score(demo, ex, length=10) == 1.0
+    plain = get_task("addition", digits=3)
+    assert score_batch(plain, [demo, demo], [ex, ex], finished=[True, False]) == [1.0, -1.0]
+    with pytest.raises(ValueError, match="2 completions but 1"):
+        score_batch(plain, [demo, demo], [ex])
+    with pytest.raises(ValueError, match="buffer"):
+        OverlongPenalty(4, 8)
+
+
+def test_bad_specs_and_arguments():
+    with pytest.raises(ValueError, match="unknown task spec"):
+        get_task("subtraction")
+    with pytest.raises(ValueError, match="unknown task spec"):
+        get_task("math")
+    with pytest.raises(ValueError, match="digits"):
+        get_task("addition", digits=0)
+    with pytest.raises(ValueError, match="split"):
+        get_task("addition").examples("valid", 3, seed=0)
+    with pytest.raises(ValueError, match="could not be created"):
+        get_task("reasoning_gym:no_such_dataset_xyz")
+    tiny = AdditionTask(digits=1)  # 81 problems, drawn with replacement: 500 is fine
+    assert len(tiny.examples("test", 500, seed=0)) == 500
+    tiny.test_fraction = 0.0  # an empty test split cannot be filled
+    with pytest.raises(RuntimeError, match="found only 0 of 5 test examples"):
+        tiny.examples("test", 5, seed=0)
+
+
+def _verl_row(problem, gt):
+    return {
+        "data_source": "math_dapo",
+        "prompt": [{"role": "user", "content": problem}],
+        "ability": "MATH",
+        "reward_model": {"style": "rule", "ground_truth": gt},
+        "extra_info": {"index": 0},
+    }
+
+
+def test_math_task_jsonl_and_parquet(tmp_path):
+    import pandas as pd
+
+    rows = [_verl_row(f"What is {i} + {i}?", str(2 * i)) for i in range(30)]
+    jsonl = tmp_path / "data.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pq = tmp_path / "data.parquet"
+    pd.DataFrame(rows).to_parquet(pq)
+    for path in (jsonl, pq):
+        task = get_task(f"math:{path}")
+        assert len(task) == 30
+        train, test = task.examples("train", 27, seed=0), task.examples("test", 3, seed=0)
+        assert len({e.prompt for e in train}) == 27 and len(test) == 3
+        assert not {e.prompt for e in train} & {e.prompt for e in test}
+        ex = train[0]
+        assert task.score(f"So the answer is $\\boxed{{{ex.answer}}}$.", ex) == 1.0
+        assert task.score(f"The answer is {int(ex.answer) + 1}", ex) == -1.0
+        for junk in ["", "\\boxed{", "no idea", "}}}{{{", "\\frac{1}{0}"]:
+            assert task.score(junk, ex) == -1.0
+    # plain keys (problem / answer) work too, and a directory with train/test files
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "train.jsonl").write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")
+    (tmp_path / "d" / "test.jsonl").write_text(json.dumps({"question": "2+2?", "ground_truth": "4"}) + "\n")
+    task = get_task(f"math:{tmp_path / 'd'}")
+    assert [e.prompt for e in task.examples("test", 2, seed=0)] == ["2+2?", "2+2?"]
+    assert task.score("4", task.examples("test", 1, seed=0)[0]) == 1.0
+
+
+def test_math_task_bad_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        get_task(f"math:{tmp_path / 'missing.jsonl'}")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_verl_row("1+1?", "2")) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl: row 2 is not valid JSON"):
+        read_math_rows(bad)
+    nogt = tmp_path / "nogt.jsonl"
+    nogt.write_text(json.dumps(_verl_row("1+1?", "2")) + "\n" + json.dumps({"prompt": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"nogt.jsonl: row 2: no ground truth"):
+        read_math_rows(nogt)
+    noprompt = tmp_path / "noprompt.jsonl"
+    noprompt.write_text(json.dumps({"answer": "3"}) + "\n")
+    with pytest.raises(ValueError, match=r"noprompt.jsonl: row 1: no prompt"):
+        read_math_rows(noprompt)
+    badchat = tmp_path / "badchat.jsonl"
+    badchat.write_text(json.dumps({"prompt": [{"role": "user"}], "answer": "3"}) + "\n")
+    with pytest.raises(ValueError, match=r"badchat.jsonl: row 1: 'prompt'"):
+        read_math_rows(badchat)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="empty.jsonl: no rows"):
+        read_math_rows(empty)
+    txt = tmp_path / "data.csv"
+    txt.write_text("a,b\n")
+    with pytest.raises(ValueError, match="unsupported extension"):
+        read_math_rows(txt)
+    notpq = tmp_path / "fake.parquet"
+    notpq.write_text("hello")
+    with pytest.raises(ValueError, match="fake.parquet: not a readable parquet"):
+        read_math_rows(notpq)
+    (tmp_path / "nodir").mkdir()
+    with pytest.raises(FileNotFoundError, match="no train.parquet"):
+        get_task(f"math:{tmp_path / 'nodir'}")
