@@ -197,7 +197,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
 def _objective_params(fn) -> tuple[set[str], bool]:
     """Keyword hyperparameters an objective accepts (beyond the common ones), and whether it takes **kwargs."""
     common = {"logp", "old_logp", "advantages", "mask", "loss_agg_mode", "rollout_log_ratio", "global_tokens",
-              "global_seqs", "nan_policy"}
+              "global_seqs", "nan_policy", "loss_scale_factor", "diagnostics"}
     names, var_kw = set(), False
     for p in inspect.signature(fn).parameters.values():
         if p.kind is p.VAR_KEYWORD:
@@ -256,6 +256,9 @@ def validate(cfg: TrainConfig) -> None:
         errs.append(f"mode {cfg.mode!r} is unknown; choose sync or async")
     if cfg.mode == "async" and cfg.reuse != 1:
         errs.append(f"reuse (N) applies to sync mode only; async mode consumes one mini-batch per rollout, got reuse={cfg.reuse}")
+    if cfg.mode == "async" and cfg.max_staleness < cfg.sync_every - 1:
+        errs.append(f"max_staleness {cfg.max_staleness} < sync_every - 1 = {cfg.sync_every - 1}: between weight syncs "
+                    f"the learner would outrun every sample the worker can produce and wait forever")
     if cfg.loss_agg_mode not in AGG_MODES:
         errs.append(f"loss_agg_mode {cfg.loss_agg_mode!r} is unknown; choose one of {', '.join(AGG_MODES)}")
     if not (cfg.lr > 0):

@@ -58,6 +58,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
         arg-max token, i.e. greedy decoding).
     """
     from respo.runtime.sampler import sample
+    from respo.train.trainer import _score
 
     was_training = model.training
     model.eval()
@@ -68,7 +69,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
             ro = sample(model, tokenizer, prompts[i:i + batch_rows], max_new_tokens=max_new_tokens,
                         temperature=temperature, generator=generator)
             exs = [examples[j // k] for j in range(i, i + len(ro.responses))]
-            rewards += [task.score(c, ex) for c, ex in zip(ro.responses, exs)]
+            rewards += _score(task, ro, exs)
             lengths += ro.response_mask.sum(1).tolist()
         correct = (torch.tensor(rewards) > 0).float().view(len(examples), k)  # (P, k)
         out = summarize_correct(correct)
@@ -79,7 +80,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
                 chunk = examples[i:i + batch_rows]
                 ro = sample(model, tokenizer, [ex.prompt for ex in chunk], max_new_tokens=max_new_tokens,
                             temperature=1.0, top_p=1e-9, generator=generator)
-                acc += [float(task.score(c, ex) > 0) for c, ex in zip(ro.responses, chunk)]
+                acc += [float(r > 0) for r in _score(task, ro, chunk)]
             out["greedy_acc"], out["greedy_acc_se"] = _mean_se(acc)
         return out
     finally:

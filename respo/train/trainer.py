@@ -112,22 +112,30 @@ def _jsonable(info: Any) -> dict:
 # MoE hook points (respo.runtime.moe, when present)
 # ----------------------------------------------------------------------------------------------
 def _is_moe(model) -> bool:
-    return getattr(model.config, "num_experts", 0) not in (0, None)
+    from respo.runtime import moe
+
+    return moe.is_moe(model)
 
 
-def _moe():
-    try:
-        from respo.runtime import moe
-    except ImportError:
-        return None
-    return moe
-
-
-def _replay_ctx(model, batch: Batch, cfg: TrainConfig):
-    """Routing replay for the old-logp and training forwards (MoE + routing_replay only)."""
-    if not (cfg.routing_replay and batch.routing is not None):
+def _routing_ctx(model, batch: Batch, cfg: TrainConfig, record: bool):
+    """Context for a forward over ``batch``: routing replay (MoE + ``routing_replay``), a routing
+    recorder (MoE, to measure router shift), or nothing (dense models)."""
+    if batch.routing is None:
         return nullcontext()
-    return _moe().routing_replay(model, batch.routing)
+    from respo.runtime import moe
+
+    if cfg.routing_replay:
+        return moe.routing_replay(model, batch.routing)
+    return moe.RoutingRecorder(model) if record else nullcontext()
+
+
+def _current_routing(ctx, length: int):
+    """Routing the current router would pick (replay: its natural choice; recorder: what it did)."""
+    if hasattr(ctx, "router_routing"):
+        return ctx.router_routing()
+    if hasattr(ctx, "routing"):
+        return ctx.routing(length=length)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,27 +154,37 @@ def rollout_batch(policy: Policy, task, pool, indices: list[int], cfg: TrainConf
 
     model, G = policy.model, cfg.group_size
     examples = [pool[i] for i in indices for _ in range(G)]
-    recorder = None
-    moe = _moe() if _is_moe(model) else None
-    if moe is not None:
-        recorder = moe.RoutingRecorder(model)
+    recorder = nullcontext()
+    if _is_moe(model):  # record the experts every sampled token used (router shift, routing replay)
+        from respo.runtime.moe import RoutingRecorder
+
+        recorder = RoutingRecorder(model)
     model.eval()
     t0 = time.perf_counter()
-    ro = sample(model, policy.tokenizer, [ex.prompt for ex in examples], max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, version=version,
-                router_recorder=recorder)
+    with recorder:
+        ro = sample(model, policy.tokenizer, [ex.prompt for ex in examples], max_new_tokens=cfg.max_new_tokens,
+                    temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, version=version)
     t_sample = time.perf_counter() - t0
+    routing = recorder.routing(length=ro.input_ids.shape[1]) if hasattr(recorder, "routing") else None
     model.train()
-    rewards = torch.tensor([float(task.score(c, ex)) for c, ex in zip(ro.responses, examples)])  # (S,)
+    rewards = torch.tensor(_score(task, ro, examples))  # (S,)
     adv = group_advantages(rewards, G, kind=cfg.adv_kind)  # (S,)
-    routing = getattr(ro, "routing", None)
-    if routing is None and recorder is not None and hasattr(recorder, "routing"):
-        routing = recorder.routing() if callable(recorder.routing) else recorder.routing
     batch = Batch(input_ids=ro.input_ids, attention_mask=ro.attention_mask, response_start=ro.response_start,
                   mask=ro.response_mask.float(), behaviour_logp=ro.behaviour_logp.float(), rewards=rewards,
                   version=torch.full((len(examples),), version, dtype=torch.long), adv=adv, routing=routing,
                   example_index=torch.tensor([i for i in indices for _ in range(G)], dtype=torch.long))
     return batch, {"time/sample": t_sample}
+
+
+def _score(task, ro, examples) -> list[float]:
+    """+1/-1 per row; a response cut at max_new_tokens (no EOS) scores -1 (runtime's score_batch)."""
+    from respo.runtime.tasks import score_batch
+
+    finished = getattr(ro, "finished", None)
+    if finished is not None and isinstance(finished, torch.Tensor):
+        finished = finished.tolist()
+    return score_batch(task, ro.responses, examples, finished=finished,
+                       lengths=ro.response_mask.sum(1).long().tolist())
 
 
 def _chunks(n_rows: int, micro: int):
@@ -190,7 +208,7 @@ def recompute_logp(model, batch: Batch, cfg: TrainConfig) -> torch.Tensor:
     for mb_start in range(0, batch.size, cfg.mini_batch_seqs):
         for i, j in _chunks(min(cfg.mini_batch_seqs, batch.size - mb_start), cfg.micro_batch):
             mb = batch.rows(mb_start + i, mb_start + j).trimmed()
-            with _replay_ctx(model, mb, cfg):
+            with _routing_ctx(model, mb, cfg, record=False):
                 logp, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_start,
                                          temperature=cfg.temperature)
             old[mb_start + i:mb_start + j, :logp.shape[1]] = logp * mb.mask  # (m, t)
@@ -218,14 +236,22 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig) -> 
     logp_all = torch.zeros(S, T)  # (S, T) detached, for diagnostics
     ent_sum = torch.zeros(())
     loss_total = torch.zeros(())
+    shift_sum, shift_tokens = torch.zeros(()), torch.zeros(())
     for i, j in _chunks(S, cfg.micro_batch):
         mb = batch.rows(i, j).trimmed()
-        with _replay_ctx(model, mb, cfg):
+        with _routing_ctx(model, mb, cfg, record=True) as ctx:
             logp, ent = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_start,
                                        temperature=cfg.temperature, with_entropy=True)
+        now = _current_routing(ctx, mb.input_ids.shape[1]) if mb.routing is not None else None
+        if now is not None:  # MoE: did the router move since the rollout? (response tokens only)
+            from respo.runtime.moe import router_shift
+
+            shift = router_shift(mb.routing, now, mb.mask)
+            shift_sum += shift.overall * shift.tokens
+            shift_tokens += shift.tokens
         loss, _ = policy_loss(cfg.objective, logp, mb.old_logp, mb.adv, mb.mask,
                               loss_agg_mode=cfg.loss_agg_mode, global_tokens=global_tokens,
-                              global_seqs=global_seqs, **cfg.objective_kwargs)
+                              global_seqs=global_seqs, diagnostics=False, **cfg.objective_kwargs)
         loss.backward()
         loss_total += loss.detach()
         logp_all[i:j, :logp.shape[1]] = logp.detach() * mb.mask
@@ -240,6 +266,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig) -> 
                               loss_agg_mode=cfg.loss_agg_mode, **cfg.objective_kwargs)
     out = {"loss": loss_total, "grad_norm": grad_norm, "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1)}
     out.update(diag)
+    if batch.routing is not None:
+        out["router_shift"] = shift_sum / shift_tokens.clamp_min(1)
     return out
 
 
@@ -251,23 +279,6 @@ def _batch_metrics(batch: Batch, version: int) -> dict[str, Any]:
     return {"score": ((batch.rewards + 1) / 2).mean(), "pass_rate": (batch.rewards > 0).float().mean(),
             "response_length": batch.mask.sum(1).mean(), "staleness_mean": s_mean, "staleness_max": s_max,
             "rollout_mismatch": mism}
-
-
-def _router_shift(model, batch: Batch, cfg: TrainConfig):
-    """Router shift between the rollout's routing and the current policy's (MoE; None otherwise)."""
-    moe = _moe()
-    if moe is None or batch.routing is None or not hasattr(moe, "router_shift"):
-        return None
-    with torch.no_grad():
-        rec = moe.RoutingRecorder(model)
-        mb = batch.trimmed()
-        from respo.runtime.logprobs import token_logprobs
-
-        with rec:
-            token_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_start)
-        now = rec.routing() if callable(getattr(rec, "routing", None)) else rec.routing
-        full_mask = mb.attention_mask.float()
-        return moe.router_shift(mb.routing, now, full_mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,6 +330,10 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
     held_out = task.examples("test", cfg.eval_prompts, EVAL_SEED) if cfg.eval_prompts else []
     policy = load_run_policy(cfg)
     model = policy.model
+    if cfg.routing_replay and not _is_moe(model):
+        from respo.train.config import ConfigError
+
+        raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
     model.train()
     optimizer, scheduler = _optimizer(model, cfg)
     stream = PromptStream(pool, cfg.seed)
@@ -379,10 +394,6 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
                 rec["time/wait"] = time.perf_counter() - t0
                 rec["dropped"] = dropped
             rec.update(_batch_metrics(mb, version))
-            if cfg.routing_replay or _is_moe(model):
-                shift = _router_shift(model, mb, cfg)
-                if shift is not None:
-                    rec["router_shift"] = shift
             t0 = time.perf_counter()
             rec.update(update_step(model, optimizer, scheduler, mb, cfg))
             rec["time/train"] = time.perf_counter() - t0
