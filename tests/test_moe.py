@@ -409,3 +409,53 @@ def test_load_balance_hand_example():
     torch.testing.assert_close(m["moe/load_entropy"], torch.tensor(0.75))
     assert m["moe/router_shift"] == 0
     assert math.isclose(float(m["moe/load_max"]), 1.5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_replay_no_op_in_bfloat16(family):
+    """The family's dtype handling is kept: bf16 (Qwen casts the weights back, Mixtral not)."""
+    model = make_model(family).to(torch.bfloat16)
+    ids = ids_batch()
+    with RoutingRecorder(model, record_weights=True) as rec:
+        plain = model(ids).logits
+    with routing_replay(model, rec.routing()):
+        assert torch.equal(model(ids).logits, plain)
+    with routing_replay(model, rec.routing(), weights=rec.weights(), replay_weights=True):
+        assert torch.equal(model(ids).logits, plain)
+
+
+def test_runtime_tiny_moe_preset_with_token_logprobs():
+    """The runtime's ``tiny-moe`` policy and the trainer's recomputation (left-padded prompts)."""
+    from respo.runtime.logprobs import token_logprobs
+    from respo.runtime.models import build_policy
+    from respo.runtime.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = build_policy("tiny-moe", tok, seed=0).eval()
+    prompts = tok(["12+34=", "5+6="], padding=True, return_tensors="pt")
+    P = prompts.input_ids.shape[1]
+    g = torch.Generator().manual_seed(0)
+    response = torch.randint(4, len(tok), (2, 5), generator=g)
+    input_ids = torch.cat([prompts.input_ids, response], 1)  # (2, P + 5)
+    attention_mask = torch.cat([prompts.attention_mask, torch.ones(2, 5, dtype=torch.long)], 1)
+    response_mask = torch.ones(2, 5)
+
+    with torch.no_grad(), RoutingRecorder(model) as rec:
+        old_logp, _ = token_logprobs(model, input_ids, attention_mask, P)
+    routing = rec.routing()
+    assert routing.shape == (2, P + 5, 2, 2)
+    with routing_replay(model, routing):
+        same, _ = token_logprobs(model, input_ids, attention_mask, P)
+    assert torch.equal(same, old_logp)
+
+    with torch.no_grad():  # move every router: routing shifts on the response tokens
+        for layer in find_moe_layers(model):
+            layer.router.weight.add_(0.5 * torch.randn(layer.router.weight.shape, generator=g))
+    with torch.no_grad(), RoutingRecorder(model) as rec_free:
+        token_logprobs(model, input_ids, attention_mask, P)
+    with torch.no_grad(), routing_replay(model, routing) as rp, RoutingRecorder(model) as rec_rep:
+        token_logprobs(model, input_ids, attention_mask, P)
+    assert router_shift(routing, rec_free.routing(), response_mask).overall > 0
+    assert router_shift(routing, rec_rep.routing(), response_mask).overall == 0
+    m = moe_metrics(routing, rp.router_routing(), 8, response_mask)
+    assert m["moe/router_shift"] > 0 and 0 < m["moe/load_entropy"] <= 1
