@@ -1,0 +1,13 @@
+"""Integrations with the frameworks users run at scale (layer 4 of the design).
+
+Each integration lives in its own module behind an optional extra and imports its
+framework only when imported itself:
+
+- :mod:`respo.integrations.verl` (extra ``verl``): importing it registers respo's
+  objectives with verl's policy-loss registry; ``python -m respo.integrations.verl.main_ppo``
+  is verl's ``main_ppo`` with the registration also done inside every Ray worker.
+- :mod:`respo.integrations.trl` (extra ``trl``): ``RespoGRPOTrainer``/``RespoGRPOConfig``,
+  TRL's ``GRPOTrainer`` with ``loss_type="respo"`` (and the other respo objectives).
+
+This package itself imports nothing, so ``import respo.integrations`` never pulls in verl or TRL.
+"""

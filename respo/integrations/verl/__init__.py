@@ -1,0 +1,309 @@
+"""respo's objectives as verl policy losses. Importing this module registers them.
+
+    import respo.integrations.verl          # registers respo, vespo, topr, reinforce, reshaped
+    actor_rollout_ref.actor.policy_loss.loss_mode=respo
+
+Every registered loss is REINFORCE-shaped with a detached sequence coefficient computed by
+respo's core, and aggregated by verl's own ``agg_loss`` with verl's global batch info (so verl's
+data-parallel and micro-batch normalisation applies unchanged):
+
+    log W_i = clamp( Σ_t m_it (logp_it − old_logp_it) + Σ_t m_it log ρ_it, −20, 20 )
+    φ_i     = pos_kernel(log W_i) if Â_i ≥ 0 else neg_kernel(log W_i)          (detached)
+    L       = verl.agg_loss( −φ_i · Â_it · logp_it , mask, loss_agg_mode, **global_batch_info )
+
+with Â_i the masked token mean of verl's (B, T) advantages and the kernels per objective:
+
+    respo      respo_kernel(α, β, λ) per sign; defaults (2, .5, 2) / (1, .5, 2) (the paper's)
+    vespo      vespo_kernel(k, λ) per sign;    defaults (2, 3) / (3, 2)
+    topr       1 / min(W, 1)
+    reinforce  1 / 1 (the on-policy floor; W and ρ are only diagnosed)
+    reshaped   any two kernels named in the config (core's ``kernel_from_spec``:
+               ``"respo(2,0.5,2)"``, ``"vespo(3,2)"``, ``"unit"``, ``"truncated(1)"``)
+
+verl 0.9.1 has none of these names. A name verl already has is never overridden: ours is then
+registered as ``respo_<name>`` (``REGISTERED`` maps our objective to the name it got).
+
+Rollout correction. verl's ``rollout_is_weights`` (training/inference mismatch, π_old/π_rollout,
+from ``algorithm.rollout_correction.rollout_is``) are folded into log W in log space:
+log ρ_it = log(rollout_is_weights_it). verl broadcasts a *sequence*-level weight to every token,
+so for ``rollout_is=sequence`` the weight is folded once per sequence (log ρ_i = log w_i), not
+T_i times. ``rollout_is_level`` says which: ``token``, ``sequence``, or ``auto`` (default: a row
+whose valid weights are all equal is a sequence weight; where this is ambiguous, e.g. all weights
+1, both readings give the same log W except for rows whose every token is truncated to the same
+threshold). Zero weights (IcePop rejections) remove their tokens from the objective, as verl's
+multiplication by 0 does.
+
+Hyperparameters, without patching verl's classes. verl builds the actor config with Hydra's
+``instantiate`` from the ``_target_`` of each node, so point ``policy_loss`` at
+``RespoPolicyLossConfig`` (a subclass of verl's ``PolicyLossConfig`` with respo's fields) and
+add the fields with Hydra's ``+``::
+
+    actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig
+    +actor_rollout_ref.actor.policy_loss.respo_pos=[2.0,0.5,2.0]
+    +actor_rollout_ref.actor.policy_loss.respo_neg=[1.0,0.5,2.0]
+
+Without the ``_target_`` the loss runs with the published defaults (extra keys on verl's own
+``PolicyLossConfig`` would be rejected by it). Setting the ``_target_`` also makes every worker
+that builds the actor config import this module, i.e. register the losses where they run.
+
+Metrics: verl's keys (``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``; verl
+adds ``actor/pg_loss``) and the core's weight diagnostics under ``respo/`` (``respo/log_w/p10``,
+``respo/frac_pos_low_w``, ``respo/pos_low_w_mass_share``, ``respo/frac_starved``, ...); a
+diagnostic that is undefined on a micro-batch (NaN, e.g. no positive response) is left out.
+
+References:
+    Chen, Ban, Hsieh (2026), ReSPO, arXiv 2609.35433.
+    verl ``trainer/ppo/core_algos.py`` (``register_policy_loss``, ``agg_loss``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
+from verl.workers.config import PolicyLossConfig
+
+from respo import (
+    RESPO_NEG,
+    RESPO_POS,
+    VESPO_NEG,
+    VESPO_POS,
+    kernel_from_spec,
+    respo_kernel,
+    sequence_log_ratio,
+    truncated_kernel,
+    two_branch,
+    unit_kernel,
+    vespo_kernel,
+    weight_diagnostics,
+)
+from respo.core.kernels import Kernel
+from respo.core.ratios import LOG_W_CLAMP
+
+__all__ = [
+    "OBJECTIVES",
+    "REGISTERED",
+    "RespoPolicyLossConfig",
+    "fold_rollout_is_weights",
+    "kernels_for",
+    "register",
+    "reshaped_policy_loss",
+    "verl_name",
+]
+
+#: respo's REINFORCE-shaped objectives offered to verl (verl 0.9.1 has none of them).
+OBJECTIVES = ("respo", "vespo", "topr", "reinforce", "reshaped")
+ROLLOUT_IS_LEVELS = ("auto", "token", "sequence")
+
+
+@dataclass
+class RespoPolicyLossConfig(PolicyLossConfig):
+    """verl's ``PolicyLossConfig`` plus respo's kernel hyperparameters (all optional).
+
+    Args:
+        respo_pos, respo_neg: ReSPO (α, β, λ) for Â ≥ 0 / Â < 0; α > 0, 0 < β ≤ 1, λ ≥ 0.
+        vespo_pos, vespo_neg: VESPO (k, λ) for Â ≥ 0 / Â < 0.
+        reshaped_pos, reshaped_neg: kernel specs for ``loss_mode=reshaped`` (``respo.kernel_from_spec``:
+            ``respo(a,b,l)``, ``vespo(k,l)``, ``unit``, ``truncated(max_w)``); default = respo's kernels.
+        log_w_clamp: log W is clamped to [−c, c] before any kernel.
+        rollout_is_level: how ``rollout_is_weights`` are folded: ``auto``, ``token`` or ``sequence``
+            (set it to ``algorithm.rollout_correction.rollout_is``; None means ``auto``).
+    """
+
+    respo_pos: list = field(default_factory=lambda: list(RESPO_POS))
+    respo_neg: list = field(default_factory=lambda: list(RESPO_NEG))
+    vespo_pos: list = field(default_factory=lambda: list(VESPO_POS))
+    vespo_neg: list = field(default_factory=lambda: list(VESPO_NEG))
+    reshaped_pos: str = "respo(2,0.5,2)"
+    reshaped_neg: str = "respo(1,0.5,2)"
+    log_w_clamp: float = LOG_W_CLAMP
+    rollout_is_level: Optional[str] = "auto"
+
+    def __post_init__(self):
+        # Fail at config time (in every worker), not at the first loss call.
+        for name in ("respo_pos", "respo_neg"):
+            respo_kernel(*_floats(getattr(self, name), 3, name))
+        for name in ("vespo_pos", "vespo_neg"):
+            vespo_kernel(*_floats(getattr(self, name), 2, name))
+        kernel_from_spec(self.reshaped_pos)
+        kernel_from_spec(self.reshaped_neg)
+        if self.rollout_is_level is not None and self.rollout_is_level not in ROLLOUT_IS_LEVELS:
+            raise ValueError(f"rollout_is_level must be one of {ROLLOUT_IS_LEVELS} or None, got {self.rollout_is_level!r}")
+        if not (math.isfinite(float(self.log_w_clamp)) and float(self.log_w_clamp) > 0):
+            raise ValueError(f"log_w_clamp must be a positive number, got {self.log_w_clamp!r}")
+
+
+def _floats(values: Sequence[Any], n: int, name: str) -> tuple:
+    values = tuple(float(v) for v in values)
+    if len(values) != n:
+        raise ValueError(f"{name} needs {n} numbers, got {len(values)}: {values}")
+    return values
+
+
+def _get(policy_loss: Any, key: str, default: Any) -> Any:
+    """A field of verl's policy-loss config, or ``default`` when the config lacks it (plain verl class)."""
+    if policy_loss is None:
+        return default
+    value = policy_loss.get(key, None) if hasattr(policy_loss, "get") else getattr(policy_loss, key, None)
+    return default if value is None else value
+
+
+def kernels_for(objective: str, policy_loss: Any = None) -> tuple[Kernel, Kernel]:
+    """(pos_kernel, neg_kernel) of ``objective`` with the hyperparameters in ``policy_loss`` (or defaults)."""
+    if objective == "respo":
+        return (
+            respo_kernel(*_floats(_get(policy_loss, "respo_pos", RESPO_POS), 3, "respo_pos")),
+            respo_kernel(*_floats(_get(policy_loss, "respo_neg", RESPO_NEG), 3, "respo_neg")),
+        )
+    if objective == "vespo":
+        return (
+            vespo_kernel(*_floats(_get(policy_loss, "vespo_pos", VESPO_POS), 2, "vespo_pos")),
+            vespo_kernel(*_floats(_get(policy_loss, "vespo_neg", VESPO_NEG), 2, "vespo_neg")),
+        )
+    if objective == "topr":
+        return unit_kernel(), truncated_kernel(1.0)
+    if objective == "reinforce":
+        return unit_kernel(), unit_kernel()
+    if objective == "reshaped":
+        return (
+            kernel_from_spec(_get(policy_loss, "reshaped_pos", "respo(2,0.5,2)")),
+            kernel_from_spec(_get(policy_loss, "reshaped_neg", "respo(1,0.5,2)")),
+        )
+    raise ValueError(f"unknown respo objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+
+
+def fold_rollout_is_weights(
+    rollout_is_weights: Optional[torch.Tensor], mask: torch.Tensor, level: Optional[str] = "auto"
+) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+    """verl's rollout-correction weights as per-token log ρ whose masked row sum is the sequence's log ρ.
+
+        token:     log ρ_it = log w_it                       Σ_t m_it log ρ_it = Σ_t log w_it
+        sequence:  log ρ_it = log w_it / T_i                 Σ_t m_it log ρ_it = log w_i
+                   (verl broadcasts one weight w_i to all T_i valid tokens)
+        auto:      ``sequence`` for rows whose valid weights are all equal, ``token`` otherwise
+
+    Tokens with w = 0 (IcePop rejections) leave the mask, as verl's ``loss * 0`` removes them.
+
+    Args:
+        rollout_is_weights: (B, T) non-negative weights, or None.
+        mask: (B, T) 0/1 (bool or float) response mask.
+        level: ``auto`` (None means auto), ``token`` or ``sequence``.
+
+    Returns:
+        (log_rho (B, T) or None, mask (B, T) in the dtype of the weights, or unchanged when None).
+    """
+    if rollout_is_weights is None:
+        return None, mask
+    level = "auto" if level is None else level
+    if level not in ROLLOUT_IS_LEVELS:
+        raise ValueError(f"rollout_is_level must be one of {ROLLOUT_IS_LEVELS}, got {level!r}")
+    w = rollout_is_weights.detach()
+    if w.shape != mask.shape:
+        raise ValueError(f"rollout_is_weights shape {tuple(w.shape)} does not match response_mask {tuple(mask.shape)}")
+    valid = mask.bool()
+    bad = valid & ~(torch.isfinite(w) & (w >= 0))
+    if bool(bad.any()):
+        raise ValueError(
+            f"rollout_is_weights must be finite and >= 0 on valid tokens; {int(bad.any(dim=-1).sum())} row(s) are not"
+        )
+    keep = valid & (w > 0)  # (B, T)
+    dtype = w.dtype if w.is_floating_point() else torch.float32
+    zero = torch.zeros((), dtype=dtype, device=w.device)
+    log_rho = torch.where(keep, torch.log(torch.where(keep, w.to(dtype), torch.ones_like(w, dtype=dtype))), zero)  # (B, T)
+    n_tok = keep.to(dtype).sum(dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
+    if level == "token":
+        seq_level = torch.zeros_like(n_tok, dtype=torch.bool)
+    elif level == "sequence":
+        seq_level = torch.ones_like(n_tok, dtype=torch.bool)
+    else:
+        big = torch.finfo(dtype).max
+        w_max = torch.where(keep, w.to(dtype), torch.full_like(log_rho, -big)).amax(dim=-1, keepdim=True)
+        w_min = torch.where(keep, w.to(dtype), torch.full_like(log_rho, big)).amin(dim=-1, keepdim=True)
+        seq_level = w_max == w_min  # (B, 1)
+    log_rho = torch.where(seq_level, log_rho / n_tok, log_rho)  # (B, T)
+    return log_rho, keep.to(dtype)
+
+
+def reshaped_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+    *,
+    objective: str = "respo",
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy loss: −agg[φ_i · Â_it · logp_it] with φ_i the detached two-branch coefficient.
+
+    Args (verl's ``PolicyLossFn`` signature):
+        old_log_prob: (B, T) log π_old.
+        log_prob: (B, T) log π_θ (with grad).
+        advantages: (B, T) token advantages (constant per row for GRPO).
+        response_mask: (B, T) bool/0-1 mask.
+        loss_agg_mode: verl's aggregation mode.
+        config: verl ``ActorConfig``; its ``policy_loss`` may carry respo's fields and its
+            ``global_batch_info`` (dp_size, batch_num_tokens, global_batch_size, ...) goes to ``agg_loss``.
+        rollout_is_weights: (B, T) rollout-correction weights or None (folded into log W).
+        objective: which kernels (``OBJECTIVES``).
+
+    Returns:
+        (loss, metrics) as verl's policy losses return them (metrics are Python floats).
+    """
+    policy_loss = getattr(config, "policy_loss", None)
+    pos_kernel, neg_kernel = kernels_for(objective, policy_loss)
+    clamp = float(_get(policy_loss, "log_w_clamp", LOG_W_CLAMP))
+    level = _get(policy_loss, "rollout_is_level", "auto")
+
+    log_rho, mask = fold_rollout_is_weights(rollout_is_weights, response_mask, level)
+    m = mask.to(log_prob.dtype)  # (B, T)
+    n_tok = m.sum(dim=-1)  # (B,)
+    adv_seq = (advantages.detach() * m).sum(dim=-1) / n_tok.clamp(min=1)  # (B,)
+    log_w = sequence_log_ratio(log_prob.detach(), old_log_prob.detach(), m, rollout_log_ratio=log_rho, clamp=clamp)  # (B,)
+    with torch.no_grad():
+        phi = two_branch(log_w, adv_seq, pos_kernel, neg_kernel)  # (B,)
+
+    pg_losses = -phi.unsqueeze(-1) * advantages * log_prob  # (B, T)
+    batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=mask, loss_agg_mode=loss_agg_mode, **batch_info)
+
+    log_r = torch.where(m > 0, log_prob.detach() - old_log_prob.detach(), torch.zeros_like(m))  # (B, T)
+    diag = weight_diagnostics(log_w, phi, adv_seq, m, token_log_ratio=log_r)
+    ppo_kl = -log_r.sum() / m.sum().clamp(min=1)
+    names = ["actor/ppo_kl"] + [f"respo/{k}" for k in diag]
+    values = torch.stack([ppo_kl.to(torch.float64)] + [v.to(torch.float64) for v in diag.values()]).tolist()  # one sync
+    metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
+    metrics.update({k: v for k, v in zip(names, values) if math.isfinite(v)})
+    return pg_loss, metrics
+
+
+def verl_name(objective: str) -> str:
+    """The registry name our ``objective`` gets: itself, or ``respo_<objective>`` if verl has that name."""
+    fn = POLICY_LOSS_REGISTRY.get(objective)
+    if fn is None or getattr(fn, "__respo_objective__", None) == objective:
+        return objective
+    return f"respo_{objective}"
+
+
+#: objective -> the verl registry name it was registered under (filled by ``register``).
+REGISTERED: dict[str, str] = {}
+
+
+def register() -> dict[str, str]:
+    """Register every objective in ``OBJECTIVES`` with verl (idempotent); returns ``REGISTERED``."""
+    for objective in OBJECTIVES:
+        name = verl_name(objective)
+        fn = functools.partial(reshaped_policy_loss, objective=objective)
+        functools.update_wrapper(fn, reshaped_policy_loss)
+        fn.__respo_objective__ = objective  # type: ignore[attr-defined]
+        register_policy_loss(name)(fn)
+        REGISTERED[objective] = name
+    return REGISTERED
+
+
+register()
