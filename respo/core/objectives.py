@@ -159,11 +159,12 @@ def kernel_from_spec(spec: Union[str, Kernel]) -> Kernel:
         nums = [float(a) for a in args.split(",")] if args and args.strip() else []
     except ValueError:
         raise ValueError(f"bad kernel spec {spec!r}: arguments must be numbers") from None
-    makers = {"respo": respo_kernel, "vespo": vespo_kernel, "unit": unit_kernel, "truncated": truncated_kernel}
-    try:
-        return makers["truncated" if name == "topr" else name](*nums)
-    except TypeError:
-        raise ValueError(f"bad kernel spec {spec!r}: wrong number of arguments") from None
+    name = "truncated" if name == "topr" else name
+    makers = {"respo": (respo_kernel, 3), "vespo": (vespo_kernel, 2), "unit": (unit_kernel, 0), "truncated": (truncated_kernel, 1)}
+    maker, max_args = makers[name]
+    if len(nums) > max_args:
+        raise ValueError(f"bad kernel spec {spec!r}: {name} takes at most {max_args} argument(s)")
+    return maker(*nums)
 
 
 # --------------------------------------------------------------------------------------------------

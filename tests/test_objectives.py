@@ -1,0 +1,357 @@
+"""Objectives: hand-worked losses, gradient identities, aggregation, micro-batching, bad input."""
+
+import math
+
+import pytest
+import torch
+
+from respo import (
+    AGG_MODES,
+    OBJECTIVES,
+    agg_loss,
+    hyperparameters,
+    policy_loss,
+    respo_phi,
+    sequence_log_ratio,
+    vespo_phi,
+)
+
+f64 = torch.float64
+
+
+def random_batch(B=6, T=7, seed=0, scale=0.3, dtype=f64):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(B, T, generator=g, dtype=dtype) * 2).requires_grad_(True)
+    old = logp.detach() + scale * torch.randn(B, T, generator=g, dtype=dtype)
+    mask = (torch.rand(B, T, generator=g) > 0.25).to(dtype)
+    mask[:, 0] = 1  # every row has a valid token
+    adv = torch.randn(B, generator=g, dtype=dtype)
+    return logp, old, adv, mask
+
+
+# --------------------------------------------------------------------------------------------------
+# Ratios
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sequence_log_ratio_by_hand():
+    # row 0: (−1 − −1.5) + (−2 − −1) = 0.5 − 1 = −0.5; the masked third token is ignored even if NaN.
+    # row 1: one token: 30 − 0 = 30, clamped to 20.
+    logp = torch.tensor([[-1.0, -2.0, math.nan], [30.0, 0.0, 0.0]], dtype=f64)
+    old = torch.tensor([[-1.5, -1.0, 0.0], [0.0, 0.0, 0.0]], dtype=f64)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=f64)
+    assert sequence_log_ratio(logp, old, mask).tolist() == [-0.5, 20.0]
+    # length-normalised (GSPO): −0.5/2 = −0.25; 30/1 = 30 → 20
+    assert sequence_log_ratio(logp, old, mask, length_normalize=True).tolist() == [-0.25, 20.0]
+    # rollout correction in log space: + Σ m·log ρ = + (0.1 + 0.2) → −0.2
+    rlr = torch.tensor([[0.1, 0.2, 5.0], [0.0, 0.0, 0.0]], dtype=f64)
+    assert sequence_log_ratio(logp, old, mask, rollout_log_ratio=rlr)[0].item() == pytest.approx(-0.2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hand-worked losses
+# --------------------------------------------------------------------------------------------------
+
+
+def test_respo_loss_by_hand():
+    # Two sequences, 2 and 1 valid tokens.
+    # seq 0: log W = (−1 − −1) + (−2 − −2 + ln 0.5) = ln 0.5 → W = .5, Â = +1:
+    #        φ⁺(.5) = (1.5/2)·e^0.5 = 0.75·1.648721 = 1.236541
+    # seq 1: log W = ln 4, Â = −2: φ⁻(4) = 2·e^(2(1−2)) = 0.270671
+    # token-mean loss = −[φ0·1·(−1) + φ0·1·(−2) + φ1·(−2)·(−0.5)] / 3
+    #                 = −[−3·1.236541 + 0.270671] / 3 = (3.709623 − 0.270671)/3 = 1.146317
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], dtype=f64, requires_grad=True)
+    old = torch.tensor([[-1.0, -2.0 - math.log(0.5)], [-0.5 - math.log(4.0), 0.0]], dtype=f64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=f64)
+    adv = torch.tensor([1.0, -2.0], dtype=f64)
+    loss, m = policy_loss("respo", logp, old, adv, mask)
+    assert loss.item() == pytest.approx(1.146317, abs=1e-6)
+    loss.backward()
+    # ∇ = −φ·Â·m / 3: [[−1.236541/3, −1.236541/3], [0.270671·2/3, 0]]
+    expected = torch.tensor([[-1.236541 / 3, -1.236541 / 3], [0.541342 / 3, 0.0]], dtype=f64)
+    assert torch.allclose(logp.grad, expected, atol=1e-6)
+    assert m["coef_mean"].item() == pytest.approx((1.236541 + 0.270671) / 2, abs=1e-6)
+
+
+def test_grpo_loss_by_hand():
+    # One sequence per case, one token each, ε = 0.2, c = 3, token-mean over 4 tokens.
+    # r = 1.5, Â = +1: max(−1.5, −1.2) = −1.2 (clipped: no gradient)
+    # r = 0.5, Â = −1: max(0.5, 0.8) = 0.8 (clipped at 1−ε), dual min(0.8, 3) = 0.8 (no gradient)
+    # r = 4.0, Â = −1: max(4, 1.2) = 4, dual min(4, 3) = 3 (dual-clipped: no gradient)
+    # r = 1.1, Â = +2: max(−2.2, −2.2) = −2.2 (unclipped: gradient −Â·r = −2.2)
+    r = torch.tensor([1.5, 0.5, 4.0, 1.1], dtype=f64)
+    logp = torch.log(r).unsqueeze(-1).clone().requires_grad_(True)
+    old = torch.zeros(4, 1, dtype=f64)
+    adv = torch.tensor([1.0, -1.0, -1.0, 2.0], dtype=f64)
+    loss, m = policy_loss("grpo", logp, old, adv, torch.ones(4, 1, dtype=f64))
+    assert loss.item() == pytest.approx((-1.2 + 0.8 + 3.0 - 2.2) / 4)
+    loss.backward()
+    # d(−Â·r)/d logp = −Â·r: only the last token: −2·1.1/4 = −0.55
+    assert logp.grad.squeeze(-1).tolist() == pytest.approx([0.0, 0.0, 0.0, -0.55])
+    assert m["clipfrac_high"].item() == 0.25 and m["clipfrac_low"].item() == 0.25
+    assert m["clipfrac_dual"].item() == 0.25
+
+
+# --------------------------------------------------------------------------------------------------
+# Gradient identities: ∇L = −agg[c·Â·∇logp] with the objective's coefficient c
+# --------------------------------------------------------------------------------------------------
+
+
+def _grad(name, logp, old, adv, mask, **kw):
+    logp = logp.detach().clone().requires_grad_(True)
+    loss, metrics = policy_loss(name, logp, old, adv, mask, **kw)
+    loss.backward()
+    return logp.grad, metrics
+
+
+def test_respo_gradient_identity_exact():
+    logp, old, adv, mask = random_batch(B=16, T=9, scale=1.0)
+    grad, _ = _grad("respo", logp, old, adv, mask)
+    phi = respo_phi(sequence_log_ratio(logp.detach(), old, mask), adv)
+    expected = -(phi * adv).unsqueeze(-1) * mask / mask.sum()
+    assert torch.allclose(grad, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_vespo_gradient_identity_exact():
+    logp, old, adv, mask = random_batch(B=16, T=9, scale=1.0, seed=3)
+    grad, _ = _grad("vespo", logp, old, adv, mask)
+    phi = vespo_phi(sequence_log_ratio(logp.detach(), old, mask), adv)
+    assert torch.allclose(grad, -(phi * adv).unsqueeze(-1) * mask / mask.sum(), rtol=1e-12, atol=1e-15)
+
+
+def test_token_objective_gradient_identities():
+    logp, old, adv, mask = random_batch(B=32, T=8, scale=0.4, seed=1)
+    A = adv.unsqueeze(-1).expand_as(logp)
+    r = torch.exp(logp.detach() - old)
+    n = mask.sum()
+    # grpo: c = r unless clipped (Â>0, r>1.2), (Â<0, r<0.8), dual (Â<0, r>3)
+    active = ~(((A > 0) & (r > 1.2)) | ((A < 0) & (r < 0.8)) | ((A < 0) & (r > 3.0)))
+    grad, _ = _grad("grpo", logp, old, adv, mask)
+    assert torch.allclose(grad, -(r * active) * A * mask / n, rtol=1e-12, atol=1e-15)
+    # cispo: c = clip(r, 0.8, 1.2) everywhere
+    grad, _ = _grad("cispo", logp, old, adv, mask)
+    assert torch.allclose(grad, -r.clamp(0.8, 1.2) * A * mask / n, rtol=1e-12, atol=1e-15)
+    # sapo (seq-mean-token-mean): c = 4σ(1−σ)·r with σ = σ(τ(r−1)), τ = 1 for Â > 0 and 1.05 otherwise
+    tau = torch.where(A > 0, torch.tensor(1.0, dtype=f64), torch.tensor(1.05, dtype=f64))
+    sig = torch.sigmoid(tau * (r - 1))
+    n_i = mask.sum(-1, keepdim=True)
+    grad, _ = _grad("sapo", logp, old, adv, mask)
+    assert torch.allclose(grad, -(4 * sig * (1 - sig) * r) * A * mask / n_i / logp.shape[0], rtol=1e-12, atol=1e-15)
+
+
+def test_gspo_gradient_identity():
+    logp, old, adv, mask = random_batch(B=32, T=8, scale=1e-3, seed=2)  # small drift: some sequences clipped, some not
+    A = adv.unsqueeze(-1).expand_as(logp)
+    s = torch.exp(sequence_log_ratio(logp.detach(), old, mask, length_normalize=True)).unsqueeze(-1).expand_as(logp)
+    active = ~(((A > 0) & (s > 1 + 4e-4)) | ((A < 0) & (s < 1 - 3e-4)))
+    assert active.any() and (~active).any()
+    n_i = mask.sum(-1, keepdim=True)
+    grad, _ = _grad("gspo", logp, old, adv, mask)
+    assert torch.allclose(grad, -(s * active) * A * mask / n_i / logp.shape[0], rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_on_policy_every_objective_is_reinforce(name):
+    # At logp == old_logp every ratio is 1: φ(1) = 1 for the kernels, r = 1 is inside every clip,
+    # the SAPO gate slope 4σ(0)(1−σ(0)) = 1, GMPO's ratio is 1. So each gradient equals REINFORCE's
+    # under the same aggregation.
+    logp, _, adv, mask = random_batch(B=8, T=6, seed=4)
+    old = logp.detach().clone()
+    mode = "seq-mean-token-mean"
+    g_obj, m = _grad(name, logp, old, adv, mask, loss_agg_mode=mode)
+    g_ref, _ = _grad("reinforce", logp, old, adv, mask, loss_agg_mode=mode)
+    assert torch.allclose(g_obj, g_ref, rtol=1e-12, atol=1e-15)
+    assert m["log_w/max"].item() == 0.0 and m["log_w/min"].item() == 0.0
+    assert m["coef_mean"].item() == pytest.approx(1.0, abs=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# Aggregation and micro-batch invariance
+# --------------------------------------------------------------------------------------------------
+
+
+def test_agg_modes_by_hand():
+    # values [[1, 2, 3], [4, 0, 0]], mask [[1, 1, 0], [1, 0, 0]]: valid tokens 1, 2 | 4
+    v = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]], dtype=f64)
+    m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=f64)
+    assert agg_loss(v, m, "token-mean").item() == pytest.approx(7 / 3)  # (1+2+4)/3
+    assert agg_loss(v, m, "token-sum").item() == pytest.approx(7)
+    assert agg_loss(v, m, "seq-mean-token-mean").item() == pytest.approx((1.5 + 4) / 2)
+    assert agg_loss(v, m, "seq-mean-token-sum").item() == pytest.approx((3 + 4) / 2)
+    assert agg_loss(v, m, "seq-mean-token-sum-norm").item() == pytest.approx((3 + 4) / 2 / 3)  # H = T = 3
+    assert agg_loss(v, m, "seq-mean-token-sum-norm", loss_scale_factor=7).item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="valid modes"):
+        agg_loss(v, m, "mean")
+
+
+def test_agg_ignores_nan_at_masked_positions():
+    v = torch.tensor([[1.0, math.nan]], dtype=f64)
+    m = torch.tensor([[1.0, 0.0]], dtype=f64)
+    for mode in AGG_MODES:
+        assert math.isfinite(agg_loss(v, m, mode).item())
+
+
+def _valid_modes(name):
+    return ["seq-mean-token-mean"] if name == "gmpo" else list(AGG_MODES)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_micro_batch_invariance(name):
+    logp, old, adv, mask = random_batch(B=10, T=6, seed=5, scale=0.5)
+    n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum()
+    for mode in _valid_modes(name):
+        full_grad, _ = _grad(name, logp, old, adv, mask, loss_agg_mode=mode)
+        full_loss, _ = policy_loss(name, logp.detach(), old, adv, mask, loss_agg_mode=mode)
+        x = logp.detach().clone().requires_grad_(True)
+        total = 0.0
+        for rows in (slice(0, 3), slice(3, 4), slice(4, 10)):
+            part, _ = policy_loss(
+                name, x[rows], old[rows], adv[rows], mask[rows],
+                loss_agg_mode=mode, global_tokens=n_tok, global_seqs=n_seq,
+            )  # fmt: skip
+            part.backward()
+            total = total + part.item()
+        assert total == pytest.approx(full_loss.item(), rel=1e-12, abs=1e-14), mode
+        assert torch.allclose(x.grad, full_grad, rtol=1e-12, atol=1e-15), mode
+
+
+# --------------------------------------------------------------------------------------------------
+# Composition, rollout correction, API errors
+# --------------------------------------------------------------------------------------------------
+
+
+def test_branch_ablation_composes_without_new_code():
+    logp, old, adv, mask = random_batch(B=12, T=5, seed=6, scale=1.0)
+    loss, _ = policy_loss("reshaped", logp, old, adv, mask, pos_kernel="respo(2,0.5,2)", neg_kernel="vespo(3,2)")
+    log_w = sequence_log_ratio(logp.detach(), old, mask)
+    phi = torch.where(adv >= 0, respo_phi(log_w, adv), vespo_phi(log_w, adv))
+    expected = -((phi * adv).unsqueeze(-1) * logp.detach() * mask).sum() / mask.sum()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
+    # the defaults of "reshaped" are ReSPO's
+    a, _ = policy_loss("reshaped", logp, old, adv, mask)
+    b, _ = policy_loss("respo", logp, old, adv, mask)
+    assert a.item() == b.item()
+
+
+def test_rollout_log_ratio_folds_into_log_w():
+    # log W = Σ(logp − old) + Σ log ρ, so adding log ρ equals lowering old_logp by log ρ.
+    logp, old, adv, mask = random_batch(B=8, T=5, seed=7)
+    rlr = 0.2 * torch.randn(8, 5, dtype=f64, generator=torch.Generator().manual_seed(1))
+    for name in ("respo", "vespo", "topr"):
+        a, ma = policy_loss(name, logp, old, adv, mask, rollout_log_ratio=rlr)
+        b, mb = policy_loss(name, logp, old - rlr, adv, mask)
+        assert a.item() == pytest.approx(b.item(), rel=1e-12)
+        assert ma["log_w/p50"].item() == pytest.approx(mb["log_w/p50"].item(), rel=1e-12)
+
+
+def test_token_objectives_multiply_by_rho():
+    # Like verl: the per-token loss is multiplied by ρ = exp(log ρ) → with log ρ = ln 2 everywhere the loss doubles.
+    logp, old, adv, mask = random_batch(B=8, T=5, seed=8)
+    rlr = torch.full((8, 5), math.log(2.0), dtype=f64)
+    for name in ("grpo", "gspo", "cispo", "sapo"):
+        a, _ = policy_loss(name, logp, old, adv, mask, rollout_log_ratio=rlr)
+        b, _ = policy_loss(name, logp, old, adv, mask)
+        assert a.item() == pytest.approx(2 * b.item(), rel=1e-12), name
+
+
+def test_unknown_objective_and_hyperparameter():
+    logp, old, adv, mask = random_batch()
+    with pytest.raises(ValueError, match="valid objectives: .*respo"):
+        policy_loss("ppo2", logp, old, adv, mask)
+    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) \['clip_ratio'\].*pos=\(2.0, 0.5, 2.0\)"):
+        policy_loss("respo", logp, old, adv, mask, clip_ratio=0.2)
+    assert hyperparameters("grpo") == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0}
+    assert hyperparameters("gspo") == {"clip_ratio_low": 3e-4, "clip_ratio_high": 4e-4}
+    assert hyperparameters("vespo") == {"pos": (2.0, 3.0), "neg": (3.0, 2.0)}
+    assert hyperparameters("sapo") == {"tau_pos": 1.0, "tau_neg": 1.05}
+    assert hyperparameters("gmpo") == {"clip_ratio_low": 0.4, "clip_ratio_high": 0.4}
+
+
+def test_custom_hyperparameters_change_the_kernel():
+    logp, old, adv, mask = random_batch(seed=9, scale=1.0)
+    a, _ = policy_loss("respo", logp, old, adv, mask, pos=(3.0, 0.3, 1.0))
+    b, _ = policy_loss("reshaped", logp, old, adv, mask, pos_kernel="respo(3,0.3,1)")
+    assert a.item() == pytest.approx(b.item(), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------------------
+
+
+def test_shape_and_dtype_errors():
+    logp, old, adv, mask = random_batch(B=4, T=3)
+    with pytest.raises(ValueError, match="old_logp shape"):
+        policy_loss("respo", logp, old[:, :2], adv, mask)
+    with pytest.raises(ValueError, match="mask shape"):
+        policy_loss("respo", logp, old, adv, mask[:3])
+    with pytest.raises(ValueError, match="advantages must have shape"):
+        policy_loss("respo", logp, old, adv[:3], mask)
+    with pytest.raises(TypeError, match="logp must be a floating-point"):
+        policy_loss("respo", logp.detach().long(), old, adv, mask)
+    with pytest.raises(ValueError, match="only 0 and 1; 1 row"):
+        bad = mask.clone()
+        bad[2, 1] = 0.5
+        policy_loss("respo", logp, old, adv, bad)
+    with pytest.raises(ValueError, match="nan_policy"):
+        policy_loss("respo", logp, old, adv, mask, nan_policy="ignore")
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_nonfinite_rows_raise_with_count(name):
+    logp, old, adv, mask = random_batch(B=6, T=4)
+    old = old.clone()
+    old[1, 0] = math.nan
+    old[4, 0] = math.inf
+    with pytest.raises(ValueError, match=r"2 of 6 row\(s\) \(old_logp: 2 row\(s\)\)"):
+        policy_loss(name, logp, old, adv, mask)
+    adv = adv.clone()
+    adv[0] = math.nan
+    with pytest.raises(ValueError, match=r"3 of 6 row\(s\).*advantages: 1 row"):
+        policy_loss(name, logp, old, adv, mask)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_nan_policy_mask_drops_and_counts(name):
+    logp, old, adv, mask = random_batch(B=6, T=4, seed=10)
+    bad_old = old.clone()
+    bad_old[1, 0] = math.nan
+    mask2 = mask.clone()
+    mask2[3] = 0  # an all-masked row
+    x = logp.detach().clone().requires_grad_(True)
+    loss, m = policy_loss(name, x, bad_old, adv, mask2, nan_policy="mask")
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(x.grad).all()
+    assert m["bad_rows/nonfinite"].item() == 1 and m["bad_rows/empty"].item() == 1
+    assert (x.grad[1] == 0).all() and (x.grad[3] == 0).all()
+    # equals the loss over the remaining rows alone
+    keep = [0, 2, 4, 5]
+    ref, _ = policy_loss(name, logp.detach()[keep], old[keep], adv[keep], mask[keep])
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-12)
+
+
+def test_empty_row_raises_by_default():
+    logp, old, adv, mask = random_batch(B=5, T=4)
+    mask = mask.clone()
+    mask[0] = 0
+    mask[2] = 0
+    with pytest.raises(ValueError, match=r"2 of 5 row\(s\) have no valid token"):
+        policy_loss("respo", logp, old, adv, mask)
+
+
+def test_token_level_advantages():
+    # (B, T) advantages: the loss uses Â_it per token, the branch uses the sequence's masked mean.
+    logp, old, adv, mask = random_batch(B=4, T=5, seed=11)
+    adv_tok = adv.unsqueeze(-1).expand(4, 5).clone()
+    a, _ = policy_loss("respo", logp, old, adv, mask)
+    b, _ = policy_loss("respo", logp, old, adv_tok, mask)
+    assert a.item() == pytest.approx(b.item(), rel=1e-12)
+
+
+def test_float32_matches_float64():
+    logp, old, adv, mask = random_batch(B=64, T=16, seed=12, scale=0.5)
+    for name in OBJECTIVES:
+        a, _ = policy_loss(name, logp.detach(), old, adv, mask)
+        b, _ = policy_loss(name, logp.detach().float(), old.float(), adv.float(), mask.float())
+        assert b.dtype == torch.float32
+        assert b.item() == pytest.approx(a.item(), rel=1e-4, abs=1e-6), name
