@@ -62,7 +62,7 @@ while [[ $# -gt 0 ]]; do
     --name) NAME="$2"; shift 2 ;;
     --print-overrides) PRINT=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n "2,31p" "$0"; exit 0 ;;
+    -h|--help) sed -n "2,29p" "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -30,8 +30,8 @@ so for ``rollout_is=sequence`` the weight is folded once per sequence (log ρ_i 
 T_i times. ``rollout_is_level`` says which: ``token``, ``sequence``, or ``auto`` (default: a row
 whose valid weights are all equal is a sequence weight; where this is ambiguous, e.g. all weights
 1, both readings give the same log W except for rows whose every token is truncated to the same
-threshold). Zero weights (IcePop rejections) remove their tokens from the objective, as verl's
-multiplication by 0 does.
+threshold). Zero weights (IcePop rejections) remove their tokens from log W and the loss, as
+verl's multiplication by 0 does (the aggregation normaliser still counts them, as in verl).
 
 Hyperparameters, without patching verl's classes. verl builds the actor config with Hydra's
 ``instantiate`` from the ``_target_`` of each node, so point ``policy_loss`` at
@@ -41,6 +41,9 @@ add the fields with Hydra's ``+``::
     actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig
     +actor_rollout_ref.actor.policy_loss.respo_pos=[2.0,0.5,2.0]
     +actor_rollout_ref.actor.policy_loss.respo_neg=[1.0,0.5,2.0]
+
+Kernel specs for ``reshaped`` must be quoted, or Hydra parses them as a function call:
+``+actor_rollout_ref.actor.policy_loss.reshaped_neg='vespo(3,2)'``.
 
 Without the ``_target_`` the loss runs with the published defaults (extra keys on verl's own
 ``PolicyLossConfig`` would be rejected by it). Setting the ``_target_`` also makes every worker
@@ -260,8 +263,8 @@ def reshaped_policy_loss(
     clamp = float(_get(policy_loss, "log_w_clamp", LOG_W_CLAMP))
     level = _get(policy_loss, "rollout_is_level", "auto")
 
-    log_rho, mask = fold_rollout_is_weights(rollout_is_weights, response_mask, level)
-    m = mask.to(log_prob.dtype)  # (B, T)
+    log_rho, keep = fold_rollout_is_weights(rollout_is_weights, response_mask, level)
+    m = keep.to(log_prob.dtype)  # (B, T) tokens in the objective (IcePop rejections removed)
     n_tok = m.sum(dim=-1)  # (B,)
     adv_seq = (advantages.detach() * m).sum(dim=-1) / n_tok.clamp(min=1)  # (B,)
     log_w = sequence_log_ratio(log_prob.detach(), old_log_prob.detach(), m, rollout_log_ratio=log_rho, clamp=clamp)  # (B,)
@@ -269,8 +272,10 @@ def reshaped_policy_loss(
         phi = two_branch(log_w, adv_seq, pos_kernel, neg_kernel)  # (B,)
 
     pg_losses = -phi.unsqueeze(-1) * advantages * log_prob  # (B, T)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * m  # rejected tokens: loss · 0 as in verl; the normaliser keeps them
     batch_info = dict(getattr(config, "global_batch_info", None) or {})
-    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=mask, loss_agg_mode=loss_agg_mode, **batch_info)
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info)
 
     log_r = torch.where(m > 0, log_prob.detach() - old_log_prob.detach(), torch.zeros_like(m))  # (B, T)
     diag = weight_diagnostics(log_w, phi, adv_seq, m, token_log_ratio=log_r)
