@@ -54,7 +54,7 @@ class TrainConfig:
     # --- objective ---
     objective: str = "respo"  # any name in respo.OBJECTIVES
     objective_kwargs: dict = field(default_factory=dict)  # its hyperparameters, e.g. {pos = [2.0, 0.5, 2.0]}
-    loss_agg_mode: str = "token-mean"
+    loss_agg_mode: str = ""  # "" = the objective's own published default (token-mean for ReSPO, seq-mean-token-mean for GSPO/GMPO)
     adv_kind: str = "grpo"  # grpo | drgrpo | rloo
 
     # --- batch and staleness ---
@@ -223,7 +223,7 @@ def _try_objective(fn, cfg: TrainConfig) -> str | None:
     mask = torch.ones(2, 2)
     adv = torch.tensor([1.0, -1.0])
     try:
-        loss, _ = fn(logp, logp - 0.1, adv, mask, loss_agg_mode=cfg.loss_agg_mode, rollout_log_ratio=None,
+        loss, _ = fn(logp, logp - 0.1, adv, mask, loss_agg_mode=cfg.loss_agg_mode or None, rollout_log_ratio=None,
                      global_tokens=None, global_seqs=None, **cfg.objective_kwargs)
     except (ValueError, TypeError, AssertionError) as err:
         return str(err)
@@ -259,7 +259,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.mode == "async" and cfg.max_staleness < cfg.sync_every - 1:
         errs.append(f"max_staleness {cfg.max_staleness} < sync_every - 1 = {cfg.sync_every - 1}: between weight syncs "
                     f"the learner would outrun every sample the worker can produce and wait forever")
-    if cfg.loss_agg_mode not in AGG_MODES:
+    if cfg.loss_agg_mode and cfg.loss_agg_mode not in AGG_MODES:
         errs.append(f"loss_agg_mode {cfg.loss_agg_mode!r} is unknown; choose one of {', '.join(AGG_MODES)}")
     if not (cfg.lr > 0):
         errs.append(f"lr must be > 0, got {cfg.lr}")

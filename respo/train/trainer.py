@@ -250,7 +250,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig) -> 
             shift_sum += shift.overall * shift.tokens
             shift_tokens += shift.tokens
         loss, _ = policy_loss(cfg.objective, logp, mb.old_logp, mb.adv, mb.mask,
-                              loss_agg_mode=cfg.loss_agg_mode, global_tokens=global_tokens,
+                              loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens,
                               global_seqs=global_seqs, diagnostics=False, **cfg.objective_kwargs)
         loss.backward()
         loss_total += loss.detach()
@@ -263,7 +263,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig) -> 
     scheduler.step()
     with torch.no_grad():
         _, diag = policy_loss(cfg.objective, logp_all, batch.old_logp, batch.adv, batch.mask,
-                              loss_agg_mode=cfg.loss_agg_mode, **cfg.objective_kwargs)
+                              loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
     out = {"loss": loss_total, "grad_norm": grad_norm, "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1)}
     out.update(diag)
     if batch.routing is not None:
