@@ -459,3 +459,26 @@ def test_runtime_tiny_moe_preset_with_token_logprobs():
     assert router_shift(routing, rec_rep.routing(), response_mask).overall == 0
     m = moe_metrics(routing, rp.router_routing(), 8, response_mask)
     assert m["moe/router_shift"] > 0 and 0 < m["moe/load_entropy"] <= 1
+
+
+@pytest.mark.parametrize("impl", ["eager", "batched_mm"])
+def test_replay_under_other_experts_implementations(impl):
+    """The hooks sit on the router and on the experts module's inputs, so transformers'
+    experts kernels (default ``grouped_mm``; here ``eager`` and ``batched_mm``) all replay."""
+    model = make_model("qwen2_moe")
+    model.set_experts_implementation(impl)
+    ids = ids_batch()
+    with RoutingRecorder(model) as rec:
+        plain = model(ids).logits
+    recorded = rec.routing()
+    with routing_replay(model, recorded):
+        assert torch.equal(model(ids).logits, plain)
+    with torch.no_grad():
+        for layer in find_moe_layers(model):
+            layer.router.weight.mul_(-1.0)  # reverses every router's preference order
+    with RoutingRecorder(model) as rec_free:
+        model(ids)
+    with routing_replay(model, recorded), RoutingRecorder(model) as rec_replay:
+        model(ids)
+    assert router_shift(recorded, rec_free.routing()).overall > 0.5
+    assert torch.equal(rec_replay.routing(), recorded)

@@ -469,13 +469,13 @@ class RoutingReplay:
                     "micro-batches)"
                 )
             self._natural[i] = top_k_index.detach().reshape(B, S, -1)
-            rec = _fit_columns(self.routing[:, :, i], S, self._sentinel)  # (B, S, k)
-            rec = rec.to(top_k_index.device).long().reshape(B * S, -1)  # (N, k)
+            rec = _fit_columns(self._on(self.routing, top_k_index.device)[:, :, i], S, self._sentinel)
+            rec = rec.long().reshape(B * S, -1)  # (N, k)
             missing = (rec == self._sentinel).any(-1, keepdim=True)  # (N, 1)
             index = torch.where(missing, top_k_index, rec)  # (N, k)
             if self.replay_weights:
-                w_rec = _fit_columns(self.weights[:, :, i], S, float("nan"))  # (B, S, k)
-                w_rec = w_rec.to(top_k_weights.device).reshape(B * S, -1)
+                w_rec = self._on(self.weights, top_k_weights.device)[:, :, i]
+                w_rec = _fit_columns(w_rec, S, float("nan")).reshape(B * S, -1)  # (N, k)
                 weight = torch.where(missing, top_k_weights, w_rec.to(top_k_weights.dtype))
                 return router_logits, weight, index
             probs = torch.softmax(router_logits.float(), dim=-1)  # (N, E)
@@ -486,7 +486,15 @@ class RoutingReplay:
 
         return hook
 
+    def _on(self, x: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``x`` on ``device``, copied once per context (not once per layer and forward)."""
+        key = (id(x), device)
+        if key not in self._device_cache:
+            self._device_cache[key] = x.to(device, non_blocking=True)
+        return self._device_cache[key]
+
     def __enter__(self) -> RoutingReplay:
+        self._device_cache: dict[tuple[int, torch.device], torch.Tensor] = {}
         if self._handles:
             raise RuntimeError("RoutingReplay is already active")
         for i, layer in enumerate(self.layers):
@@ -502,6 +510,7 @@ class RoutingReplay:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._device_cache = {}
 
     def router_routing(self) -> torch.Tensor:
         """The current router's own top-k of the last forward, ``(B, S, n_layers, k)``.
