@@ -482,3 +482,33 @@ def test_replay_under_other_experts_implementations(impl):
         model(ids)
     assert router_shift(recorded, rec_free.routing()).overall > 0.5
     assert torch.equal(rec_replay.routing(), recorded)
+
+
+def test_runtime_sampler_records_rollout_routing():
+    """``sample(..., router_recorder=rec)``: the recording covers prompt + response columns
+    (all but the last sampled token, never fed back) and matches the trainer's full forward."""
+    from respo.runtime.logprobs import token_logprobs
+    from respo.runtime.models import build_policy
+    from respo.runtime.sampler import sample
+    from respo.runtime.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = build_policy("tiny-moe", tok, seed=0).eval()
+    rec = RoutingRecorder(model)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        ro = sample(model, tok, ["1+2=", "34+5=", "6+78="], max_new_tokens=6, generator=g,
+                    router_recorder=rec, stop_at_eos=False)
+    B, L = ro.input_ids.shape
+    assert rec.num_positions == L - 1
+    routing = rec.routing(length=L)  # (B, L, 2, 2), last column missing
+    with torch.no_grad(), RoutingRecorder(model) as rec_full:
+        plain, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
+    shift = router_shift(routing, rec_full.routing(), ro.attention_mask)
+    assert shift.overall == 0 and shift.tokens == ro.attention_mask[:, :-1].sum()
+    # The trainer may pass the unpadded recording: the missing last column is the same thing.
+    for r in (routing, rec.routing()):
+        with torch.no_grad(), routing_replay(model, r):
+            replayed, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
+        assert torch.equal(replayed, plain)
+    torch.testing.assert_close(plain * ro.response_mask, ro.behaviour_logp, rtol=0, atol=1e-5)
