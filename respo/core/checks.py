@@ -29,7 +29,7 @@ class Batch:
 
     logp: torch.Tensor  # (B, T), keeps the autograd graph
     old_logp: torch.Tensor  # (B, T), detached
-    adv: torch.Tensor  # (B, T), detached, broadcast from (B,) when needed
+    adv: torch.Tensor  # (B, 1) for sequence advantages (broadcasts) or (B, T), detached
     seq_adv: torch.Tensor  # (B,), the sequence advantage (masked token mean) used for branching
     mask: torch.Tensor  # (B, T), float 0/1 in logp's dtype
     rollout_log_ratio: Optional[torch.Tensor]  # (B, T) or None, detached
@@ -82,13 +82,7 @@ def validate(
     if B == 0 or T == 0:
         raise ValueError(f"logp must have at least one row and one token, got shape {tuple(logp.shape)}")
     seq_level_adv = advantages.dim() == 1 or advantages.shape == (B, 1)
-    if advantages.shape == (B,):
-        adv = advantages.unsqueeze(-1).expand_as(logp)
-    elif advantages.shape == logp.shape:
-        adv = advantages
-    elif advantages.shape == (B, 1):
-        adv = advantages.expand_as(logp)
-    else:
+    if advantages.shape not in ((B,), (B, 1), tuple(logp.shape)):
         raise ValueError(
             f"advantages must have shape (B,) = ({B},) or (B, T) = {tuple(logp.shape)}, got {tuple(advantages.shape)}"
         )
@@ -100,33 +94,34 @@ def validate(
             )
     dtype = logp.dtype
     m = _as_mask(mask, dtype)
-    valid = m > 0  # (B, T)
     old_logp = old_logp.detach().to(dtype)
-    adv = adv.detach().to(dtype)
+    # Sequence advantages stay (B, 1) and broadcast; token advantages are (B, T).
+    adv = (advantages.detach().reshape(B, 1) if seq_level_adv else advantages.detach()).to(dtype)
     rlr = None if rollout_log_ratio is None else rollout_log_ratio.detach().to(dtype)
+    n_tok = m.sum(dim=-1)  # (B,)
 
-    # One fused pass over the valid tokens: which rows hold a non-finite value, and in which tensor.
-    fin_logp = torch.isfinite(logp.detach())
-    fin_old = torch.isfinite(old_logp)
-    fin_adv = torch.isfinite(adv)
-    ok = fin_logp & fin_old & fin_adv
+    # Fast path, one pass: NaN/inf anywhere in any input makes this sum non-finite.
+    probe = logp.detach() + old_logp + adv
     if rlr is not None:
-        ok = ok & torch.isfinite(rlr)
-    bad_row = (valid & ~ok).any(dim=-1)  # (B,)
-    empty_row = ~valid.any(dim=-1)  # (B,)
+        probe = probe + rlr
+    if bool(torch.isfinite(probe).all()) and bool((n_tok > 0).all()):
+        seq_adv = adv[:, 0] if seq_level_adv else (adv * m).sum(dim=-1) / n_tok
+        nil = torch.zeros((), dtype=dtype, device=logp.device)
+        return Batch(logp, old_logp, adv, seq_adv, m, rlr, nil, nil.clone())
+
+    # Slow path: find the rows with a non-finite value on a valid token, and in which tensor.
+    valid = m > 0  # (B, T)
+    fins = {"logp": torch.isfinite(logp.detach()), "old_logp": torch.isfinite(old_logp), "advantages": torch.isfinite(adv)}
+    if rlr is not None:
+        fins["rollout_log_ratio"] = torch.isfinite(rlr)
+    bad_by = {k: (valid & ~v).any(dim=-1) for k, v in fins.items()}  # name -> (B,)
+    bad_row = torch.stack(list(bad_by.values())).any(dim=0)  # (B,)
+    empty_row = n_tok == 0  # (B,)
     n_bad = bad_row.sum()
     n_empty = empty_row.sum()
     if nan_policy == "raise":
         if bool(n_bad):
-            parts = []
-            for name, fin in (("logp", fin_logp), ("old_logp", fin_old), ("advantages", fin_adv)):
-                k = int((valid & ~fin).any(dim=-1).sum())
-                if k:
-                    parts.append(f"{name}: {k} row(s)")
-            if rlr is not None:
-                k = int((valid & ~torch.isfinite(rlr)).any(dim=-1).sum())
-                if k:
-                    parts.append(f"rollout_log_ratio: {k} row(s)")
+            parts = [f"{k}: {int(v.sum())} row(s)" for k, v in bad_by.items() if bool(v.any())]
             raise ValueError(
                 f"non-finite (NaN or inf) values on valid tokens in {int(n_bad)} of {B} row(s) ({', '.join(parts)}); "
                 "pass nan_policy='mask' to drop such rows and count them in the metrics"
@@ -137,15 +132,16 @@ def validate(
                 "all-masked rows contribute nothing (they are counted in the metrics)"
             )
     keep = valid & ~bad_row.unsqueeze(-1)  # (B, T)
+    keep_row = keep.any(dim=-1, keepdim=True)  # (B, 1)
     m = keep.to(dtype)
     zero = torch.zeros((), dtype=dtype, device=logp.device)
     logp = torch.where(keep, logp, zero)
     old_logp = torch.where(keep, old_logp, zero)
-    adv = torch.where(keep, adv, zero)
+    adv = torch.where(keep_row if seq_level_adv else keep, adv, zero)
     if rlr is not None:
         rlr = torch.where(keep, rlr, zero)
     if seq_level_adv:
-        seq_adv = torch.where(keep.any(dim=-1), adv[:, 0], zero)  # (B,), exactly the given values
+        seq_adv = adv[:, 0]  # (B,), exactly the given values (0 for dropped rows)
     else:
         seq_adv = adv.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,), masked token mean
     return Batch(logp, old_logp, adv, seq_adv, m, rlr, n_bad.to(dtype), n_empty.to(dtype))

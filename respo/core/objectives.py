@@ -96,6 +96,7 @@ def _metrics(
     coef_seq: torch.Tensor,
     extra: Optional[Metrics],
     diagnostics: bool,
+    log_w: Optional[torch.Tensor] = None,
 ) -> Metrics:
     """Loss, bad-row counts and (optionally) the weight diagnostics, all detached."""
     out: Metrics = {
@@ -105,7 +106,8 @@ def _metrics(
         "n_tokens": b.mask.sum(),
     }
     if diagnostics:
-        log_w = sequence_log_ratio(b.logp.detach(), b.old_logp, b.mask, rollout_log_ratio=b.rollout_log_ratio)
+        if log_w is None:
+            log_w = sequence_log_ratio(b.logp.detach(), b.old_logp, b.mask, rollout_log_ratio=b.rollout_log_ratio)
         out.update(
             weight_diagnostics(log_w, coef_seq, b.seq_adv, b.mask, token_log_ratio=(b.logp.detach() - b.old_logp))
         )
@@ -206,7 +208,7 @@ def reshaped_loss(
         phi = two_branch(log_w, b.seq_adv, pk, nk)  # (B,)
     values = -(phi.unsqueeze(-1) * b.adv) * b.logp  # (B, T)
     loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
-    return loss, _metrics(b, loss, phi, None, diagnostics)
+    return loss, _metrics(b, loss, phi, None, diagnostics, log_w)
 
 
 def respo_loss(
