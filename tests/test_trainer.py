@@ -61,6 +61,25 @@ def test_on_policy_first_update_has_log_w_exactly_zero_for_every_objective(setup
         assert torch.isfinite(m["loss"]) and float(m["grad_norm"]) > 0, name
 
 
+def test_on_policy_shortcut_equals_recomputation(setup):
+    # The sync loop skips recomputing old_logp for the first mini-batch of a rollout step and takes the
+    # detached training forward instead: the update must be bitwise the same as with the recomputation.
+    cfg = _cfg(micro_batch=4)
+    batch = _rollout(setup, cfg, cfg.prompts)
+    weights = []
+    for on_policy in (False, True):
+        b = copy.deepcopy(batch)
+        if on_policy:
+            b.old_logp = torch.zeros_like(b.mask)
+        model = copy.deepcopy(setup[0].model)
+        opt, sched = _optimizer(model, cfg)
+        update_step(model, opt, sched, b, cfg, on_policy=on_policy)
+        weights.append([p.detach().clone() for p in model.parameters()])
+        if on_policy:
+            assert torch.equal(b.old_logp, batch.old_logp)
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
 def test_staleness_k_minus_1_changes_log_w(setup):
     # N = 2: mini-batch 1 is on-policy (log W = 0); mini-batch 2 comes after one update (staleness 1),
     # so its log W can no longer be exactly 0 everywhere. This is the check that the test above can fail.

@@ -193,19 +193,26 @@ def _chunks(n_rows: int, micro: int):
 
 
 @torch.no_grad()
-def recompute_logp(model, batch: Batch, cfg: TrainConfig) -> torch.Tensor:
+def recompute_logp(model, batch: Batch, cfg: TrainConfig, *, start_row: int = 0) -> torch.Tensor:
     """``old_logp``: the behaviour policy's log-probs recomputed by the trainer, (S, T).
 
     Uses exactly the chunking, trimming and module mode of `update_step`'s training forward (the
     model stays in ``train()``; the presets have no dropout), so a mini-batch trained before any
     update gets log W = 0 exactly. Micro-batch boundaries line up with mini-batch boundaries because
     ``micro_batch`` divides B*G.
+
+    Rows before ``start_row`` are left at 0: the sync loop passes ``start_row = B*G`` because the
+    first mini-batch is trained before any update, where ``old_logp`` equals the training forward's
+    detached log-probs bitwise (tested), so `update_step(on_policy=True)` takes them from there and
+    saves one forward pass per rollout step.
     """
     from respo.runtime.logprobs import token_logprobs
 
     model.train()
     old = torch.zeros_like(batch.mask)  # (S, T)
-    for mb_start in range(0, batch.size, cfg.mini_batch_seqs):
+    if start_row % cfg.mini_batch_seqs:
+        raise ValueError(f"start_row {start_row} is not a mini-batch boundary ({cfg.mini_batch_seqs} rows)")
+    for mb_start in range(start_row, batch.size, cfg.mini_batch_seqs):
         for i, j in _chunks(min(cfg.mini_batch_seqs, batch.size - mb_start), cfg.micro_batch):
             mb = batch.rows(mb_start + i, mb_start + j).trimmed()
             with _routing_ctx(model, mb, cfg, record=False):
@@ -218,8 +225,11 @@ def recompute_logp(model, batch: Batch, cfg: TrainConfig) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 # One policy update
 # ----------------------------------------------------------------------------------------------
-def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig) -> dict[str, Any]:
+def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, on_policy: bool = False) -> dict[str, Any]:
     """One optimizer step on one mini-batch (gradient accumulation over micro-batches).
+
+    With ``on_policy=True`` (no update since the rollout) ``old_logp`` is the detached training
+    forward itself (written into ``batch.old_logp``), identical to a recomputation.
 
     Returns:
         Metrics: loss, grad_norm, lr, entropy, and the core's diagnostics from ``policy_loss`` on
@@ -242,6 +252,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig) -> 
         with _routing_ctx(model, mb, cfg, record=True) as ctx:
             logp, ent = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_start,
                                        temperature=cfg.temperature, with_entropy=True)
+        if on_policy:
+            mb.old_logp = logp.detach() * mb.mask  # (m, t) == recompute_logp's rows, bitwise
+            batch.old_logp[i:j, :logp.shape[1]] = mb.old_logp
         now = _current_routing(ctx, mb.input_ids.shape[1]) if mb.routing is not None else None
         if now is not None:  # MoE: did the router move since the rollout? (response tokens only)
             from respo.runtime.moe import router_shift
@@ -383,9 +396,10 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
                     idx = stream.next(cfg.rollout_prompts)
                     batch, rec = rollout_batch(policy, task, pool, idx, cfg, gen, version)
                     t0 = time.perf_counter()
-                    batch.old_logp = recompute_logp(model, batch, cfg)
+                    batch.old_logp = recompute_logp(model, batch, cfg, start_row=cfg.mini_batch_seqs)
                     rec["time/old_logp"] = time.perf_counter() - t0
                     buffer.put(batch)
+                on_policy = buffer.next_index == 0  # first mini-batch: no update since the rollout
                 mb = buffer.take()
             else:
                 t0 = time.perf_counter()
@@ -393,10 +407,11 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
                 dropped_total += dropped
                 rec["time/wait"] = time.perf_counter() - t0
                 rec["dropped"] = dropped
-            rec.update(_batch_metrics(mb, version))
+                on_policy = False
             t0 = time.perf_counter()
-            rec.update(update_step(model, optimizer, scheduler, mb, cfg))
+            rec.update(update_step(model, optimizer, scheduler, mb, cfg, on_policy=on_policy))
             rec["time/train"] = time.perf_counter() - t0
+            rec.update(_batch_metrics(mb, version))
             update += 1
             version += 1
             if worker is not None and update % cfg.sync_every == 0:
