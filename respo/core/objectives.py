@@ -219,24 +219,19 @@ def respo_loss(
     *,
     pos: Tuple[float, float, float] = RESPO_POS,
     neg: Tuple[float, float, float] = RESPO_NEG,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
+    **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """ReSPO: L = −agg[φ_i Â_it logp_it] with φ⁺ = ReSPO(pos), φ⁻ = ReSPO(neg), (α, β, λ) per branch.
 
     Defaults are the published (2, 0.5, 2) for Â ≥ 0 and (1, 0.5, 2) for Â < 0, i.e.
-    φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)).
+    φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)). ``**common`` are the keyword arguments
+    every objective takes (``loss_agg_mode``, ``rollout_log_ratio``, ``global_tokens``,
+    ``global_seqs``, ``loss_scale_factor``, ``nan_policy``, ``diagnostics``; see ``reshaped_loss``).
     """
     return reshaped_loss(
         logp, old_logp, advantages, mask,
         pos_kernel=respo_kernel(*pos), neg_kernel=respo_kernel(*neg),
-        loss_agg_mode=loss_agg_mode, rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens,
-        global_seqs=global_seqs, loss_scale_factor=loss_scale_factor, nan_policy=nan_policy, diagnostics=diagnostics,
+        **common,
     )  # fmt: skip
 
 
@@ -248,20 +243,13 @@ def vespo_loss(
     *,
     pos: Tuple[float, float] = VESPO_POS,
     neg: Tuple[float, float] = VESPO_NEG,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
+    **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0."""
     return reshaped_loss(
         logp, old_logp, advantages, mask,
         pos_kernel=vespo_kernel(*pos), neg_kernel=vespo_kernel(*neg),
-        loss_agg_mode=loss_agg_mode, rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens,
-        global_seqs=global_seqs, loss_scale_factor=loss_scale_factor, nan_policy=nan_policy, diagnostics=diagnostics,
+        **common,
     )  # fmt: skip
 
 
@@ -270,21 +258,13 @@ def topr_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    *,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
+    **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """TOPR: L = −agg[sg(α_i) Â_it logp_it], α_i = min(W_i, 1) for Â_i < 0 and 1 otherwise."""
     return reshaped_loss(
         logp, old_logp, advantages, mask,
         pos_kernel=unit_kernel(), neg_kernel=truncated_kernel(1.0),
-        loss_agg_mode=loss_agg_mode, rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens,
-        global_seqs=global_seqs, loss_scale_factor=loss_scale_factor, nan_policy=nan_policy, diagnostics=diagnostics,
+        **common,
     )  # fmt: skip
 
 
@@ -293,21 +273,13 @@ def reinforce_loss(
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    *,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
+    **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """REINFORCE: L = −agg[Â_it logp_it] (φ ≡ 1; ignores staleness, the on-policy floor)."""
     return reshaped_loss(
         logp, old_logp, advantages, mask,
         pos_kernel=unit_kernel(), neg_kernel=unit_kernel(),
-        loss_agg_mode=loss_agg_mode, rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens,
-        global_seqs=global_seqs, loss_scale_factor=loss_scale_factor, nan_policy=nan_policy, diagnostics=diagnostics,
+        **common,
     )  # fmt: skip
 
 
