@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 
@@ -90,9 +89,10 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
             t0 = time.perf_counter()
             batch, rec = rollout_batch(policy, task, pool, list(range(step * B, (step + 1) * B)), cfg, gen, step)
             t1 = time.perf_counter()
-            batch.old_logp = recompute_logp(model, batch, cfg)
+            # as the sync trainer at N = 1: the only mini-batch is on-policy, old_logp = detached training forward
+            batch.old_logp = recompute_logp(model, batch, cfg, start_row=cfg.mini_batch_seqs)
             t2 = time.perf_counter()
-            update_step(model, opt, sched, batch, cfg)
+            update_step(model, opt, sched, batch, cfg, on_policy=True)
             t3 = time.perf_counter()
             if step == 0:
                 continue  # warm-up
@@ -102,7 +102,7 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
             phases.append((t1 - t0, t2 - t1, t3 - t2))
     finally:
         clock.close()
-    i = times.index(statistics.median(times))
+    i = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]  # the median step
     return {"side": "respo", "preset": preset, "B": B, "G": G, "T": T, "s_per_update": times[i],
             "response_tokens_per_update": tokens[i], "tokens_per_s": tokens[i] / times[i],
             "model_compute_share": shares[i], "phase_s": {"sample": phases[i][0], "old_logp": phases[i][1],
@@ -153,7 +153,7 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
                           callbacks=[clock])
     trainer.train()
     times, tokens = clock.times[1:], clock.tokens[1:]
-    i = times.index(statistics.median(times))
+    i = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]  # the median step
     return {"side": "trl", "preset": preset, "B": B, "G": G, "T": T, "s_per_update": times[i],
             "response_tokens_per_update": tokens[i], "tokens_per_s": tokens[i] / times[i]}
 

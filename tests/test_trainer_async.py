@@ -58,3 +58,26 @@ def test_worker_errors_surface():
     with pytest.raises(RuntimeError, match="rollout worker failed"):
         w.take(0, timeout=5)
     w.stop()
+
+
+def test_async_training_run_end_to_end(tmp_path):
+    # A real (tiny) async run: worker thread with its own snapshot, weights synced every 2 updates,
+    # staleness bounded by max_staleness = 2 in every logged update, metrics and summary written.
+    import json
+
+    from respo.train.config import TrainConfig, apply_overrides
+    from respo.train.trainer import train
+
+    cfg = apply_overrides(TrainConfig(), dict(
+        task_kwargs={"overlong": [12, 11]}, warm_start=False, prompts=2, group_size=4, max_new_tokens=12,
+        eval_prompts=0, progress=False, tensorboard=False, lr=1e-3, warmup=0, mode="async", sync_every=2,
+        max_staleness=2, queue_size=2, updates=6, threads=1, out_dir=str(tmp_path / "run")))
+    run = train(cfg)
+    recs = [json.loads(line) for line in open(run / "metrics.jsonl")]
+    ups = [r for r in recs if "event" not in r]
+    assert [r["update"] for r in ups] == [1, 2, 3, 4, 5, 6]
+    assert all(0 <= r["staleness_mean"] <= r["staleness_max"] <= 2 for r in ups)
+    assert ups[-1]["dropped_total"] == sum(r["dropped"] for r in ups)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["mode"] == "async" and summary["staleness_max"] <= 2
+    assert (run / "final" / "config.json").is_file()

@@ -76,7 +76,7 @@ def load_run_policy(cfg: TrainConfig) -> Policy:
 
         model, tok, info = load_policy(path)
         return Policy(model, tok, {"source": "dir", "path": str(path), **_jsonable(info)})
-    except (FileNotFoundError, KeyError, ValueError, OSError):
+    except (ImportError, FileNotFoundError, KeyError, ValueError, OSError):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
