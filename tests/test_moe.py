@@ -539,3 +539,26 @@ def test_replay_under_gradient_checkpointing(use_reentrant):
     got = replayed_grads()
     for name in expected:
         assert torch.equal(got[name], expected[name]), name
+
+
+def test_register_another_family(monkeypatch):
+    """OLMoE is not built in; registering its block (same router contract) makes it work."""
+    from transformers import OlmoeConfig
+    from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock
+
+    from respo.runtime import moe
+
+    monkeypatch.setattr(moe, "_EXTRA_FAMILIES", [])
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        OlmoeConfig(**_COMMON, num_experts=E, num_experts_per_tok=K, norm_topk_prob=False)
+    ).eval()
+    with pytest.raises(ValueError, match=r"OlmoeForCausalLM \(model_type='olmoe'\) is not a supported"):
+        RoutingRecorder(model)
+    moe.register_moe_family(moe.MoEFamily("olmoe", OlmoeSparseMoeBlock, lambda r: bool(r.norm_topk_prob)))
+    assert "olmoe" in moe.supported_families()
+    ids = ids_batch()
+    with RoutingRecorder(model) as rec:
+        plain = model(ids).logits
+    with routing_replay(model, rec.routing()):
+        assert torch.equal(model(ids).logits, plain)

@@ -155,7 +155,16 @@ _EXTRA_FAMILIES: list[MoEFamily] = []
 
 
 def register_moe_family(family: MoEFamily) -> None:
-    """Add a family whose block follows the router/experts contract of ``MoEFamily``."""
+    """Add a family whose block follows the router/experts contract of ``MoEFamily``.
+
+    For example OLMoE's block has exactly the Qwen3-MoE contract::
+
+        from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock
+        register_moe_family(MoEFamily("olmoe", OlmoeSparseMoeBlock, lambda r: r.norm_topk_prob))
+
+    Registering a block class again replaces the earlier entry.
+    """
+    _EXTRA_FAMILIES[:] = [f for f in _EXTRA_FAMILIES if f.block_cls is not family.block_cls]
     _EXTRA_FAMILIES.append(family)
 
 
