@@ -1,0 +1,167 @@
+"""Reading sweep runs and reducing them to the study's numbers (pure functions, no plotting).
+
+Definitions (issue 5, DESIGN.md section 2), for a run with U recorded updates and per-update
+normalised training scores s_1..s_U (``score`` = mean of (r + 1)/2 over the mini-batch):
+
+    late mean  = mean(s_{U - L + 1} .. s_U),   L = max(1, U // 8)   (the last eighth)
+    early max  = max(s_1 .. s_E),              E = max(1, U // 4)   (the first quarter)
+
+Across seeds a cell is reported as mean ± sample standard deviation (ddof = 1; ± is omitted for
+one seed). "Best per column" marks the largest mean in each column.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+__all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
+           "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean"]
+
+STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
+
+
+@dataclass
+class Run:
+    """One training run of a sweep: its config, per-update records, eval records and summary."""
+
+    path: Path
+    config: dict
+    records: list[dict]
+    evals: list[dict]
+    summary: dict | None
+    label: str = ""
+    coords: dict = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def scores(self) -> list[float]:
+        return [r["score"] for r in self.records if r.get("score") is not None]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    out = []
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a truncated last line of a killed run
+            continue
+    return out
+
+
+def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
+    """Every run directory (has ``config.json``) under the given sweep directories or run dirs."""
+    from respo.study.sweep import objective_label
+
+    runs, seen = [], set()
+    for d in dirs:
+        d = Path(d)
+        cands = [d] if (d / "config.json").is_file() else sorted(p.parent for p in d.glob("**/config.json"))
+        for rd in cands:
+            key = rd.resolve()
+            if key in seen or rd.name == "final" or "ckpt" in rd.parts:
+                continue
+            seen.add(key)
+            cfg = json.loads((rd / "config.json").read_text())
+            recs = _read_jsonl(rd / "metrics.jsonl")
+            summ = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").is_file() else None
+            label = objective_label(cfg.get("objective", "?"), cfg.get("objective_kwargs") or {})
+            coords = {"model": cfg.get("model"), "objective": label, "reuse": cfg.get("reuse"), "lr": cfg.get("lr"),
+                      "seed": cfg.get("seed"), "group_size": cfg.get("group_size"),
+                      "routing_replay": bool(cfg.get("routing_replay")), "updates": cfg.get("updates"),
+                      "task": cfg.get("task"), "task_kwargs": json.dumps(cfg.get("task_kwargs", {}), sort_keys=True)}
+            runs.append(Run(rd, cfg, [r for r in recs if "event" not in r], [r for r in recs if r.get("event") == "eval"],
+                            summ, label, coords))
+    return runs
+
+
+def late_mean(scores: Sequence[float]) -> float:
+    """Mean of the last eighth (at least one) of the per-update scores; NaN if none.
+
+    Example: 16 scores 0.0 .. 0.15 (step 0.01): the last 2 are 0.14, 0.15 -> 0.145.
+    """
+    if not scores:
+        return math.nan
+    n = max(1, len(scores) // 8)
+    tail = scores[-n:]
+    return sum(tail) / len(tail)
+
+
+def early_max(scores: Sequence[float]) -> float:
+    """Best per-update score in the first quarter (at least one) of the updates; NaN if none."""
+    if not scores:
+        return math.nan
+    return max(scores[: max(1, len(scores) // 4)])
+
+
+def nanmean(xs: Iterable[float | None]) -> float:
+    vals = [float(x) for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def mean_std(xs: Sequence[float]) -> tuple[float, float, int]:
+    """(mean, sample std with ddof=1 (NaN for one value), n) over the finite values."""
+    vals = [float(x) for x in xs if x is not None and math.isfinite(float(x))]
+    n = len(vals)
+    if n == 0:
+        return math.nan, math.nan, 0
+    m = sum(vals) / n
+    if n == 1:
+        return m, math.nan, 1
+    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (n - 1)), n
+
+
+def metric_series(run: Run, key: str) -> list[float]:
+    """Per-update values of ``key`` (None/NaN kept as NaN so positions match updates)."""
+    return [math.nan if r.get(key) is None else float(r[key]) for r in run.records]
+
+
+def run_mean(run: Run, key: str, *, stale_only: bool = False) -> float:
+    """Mean of ``key`` over the run's updates (NaN values skipped); ``stale_only`` keeps the updates
+    with staleness > 0 (the first mini-batch of a rollout step has log W = 0 exactly)."""
+    recs = [r for r in run.records if not stale_only or (r.get("staleness_mean") or 0) > 0]
+    return nanmean(r.get(key) for r in recs)
+
+
+def group_runs(runs: Iterable[Run], keys: Sequence[str]) -> dict[tuple, list[Run]]:
+    """Finished runs grouped by the given coordinates (e.g. ("objective", "reuse"))."""
+    out: dict[tuple, list[Run]] = {}
+    for r in runs:
+        if r.finished:
+            out.setdefault(tuple(r.coords[k] for k in keys), []).append(r)
+    return out
+
+
+def best_per_column(table: dict[tuple[Any, Any], float], *, higher: bool = True) -> set[tuple[Any, Any]]:
+    """Cells (row, col) holding the best finite value of their column (ties all marked).
+
+    Args:
+        table: (row, col) -> value; NaN cells never win.
+    """
+    best: dict[Any, float] = {}
+    for (row, col), v in table.items():
+        if v is None or not math.isfinite(v):
+            continue
+        if col not in best or (v > best[col] if higher else v < best[col]):
+            best[col] = v
+    return {(row, col) for (row, col), v in table.items()
+            if v is not None and math.isfinite(v) and col in best and v == best[col]}
+
+
+def fmt_cell(mean: float, std: float, n: int, *, digits: int = 3, bold: bool = False) -> str:
+    """``.504 ± .012 (3)`` style cell; ``–`` when empty; bold with ``**``."""
+    if n == 0 or not math.isfinite(mean):
+        return "–"
+    s = f"{mean:.{digits}f}"
+    if n > 1 and math.isfinite(std):
+        s += f" ± {std:.{digits}f}"
+    s += f" ({n})"
+    return f"**{s}**" if bold else s

@@ -1,0 +1,48 @@
+"""``respo sweep`` and ``respo report``: registered into ``respo.cli`` through its EXTENSIONS hook."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+__all__ = ["register"]
+
+
+def _command() -> str:
+    """The exact command line as typed (``respo ...`` or ``python -m respo ...``)."""
+    prog = "respo" if sys.argv and not sys.argv[0].endswith("__main__.py") else "python -m respo"
+    return prog + " " + shlex.join(sys.argv[1:])
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    import json
+
+    from respo.study.sweep import plan, run_sweep
+
+    if args.set is not None:
+        args.set = dict(args.set)
+    res = run_sweep(args.out, plan(args.preset, args), jobs=args.jobs, threads=args.threads, base_config=args.config,
+                    preset=args.preset, command=_command(), prewarm=not args.no_prewarm, dry_run=args.dry_run)
+    print(json.dumps(res, indent=1))
+    return 1 if res["failed"] else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from respo.study.report import cmd_report
+
+    return cmd_report(args, _command())
+
+
+def register(subparsers) -> None:
+    """Add the ``sweep`` and ``report`` subcommands to the ``respo`` CLI."""
+    from respo.study import report, sweep
+
+    p = subparsers.add_parser("sweep", help="resumable grid of training runs (the staleness study)",
+                              description=sweep.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sweep.add_arguments(p)
+    p.set_defaults(func=_run_sweep)
+    p = subparsers.add_parser("report", help="report.md + figures from sweep directories",
+                              description=report.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_arguments(p)
+    p.set_defaults(func=_report)

@@ -1,0 +1,385 @@
+"""``respo sweep``: a resumable grid of training runs for the staleness study (issue 5).
+
+A sweep is a directory::
+
+    SWEEP/sweep.json          manifest: every invocation (preset, grid, exact command) and every run
+    SWEEP/runs/<name>/        one `respo train` run each (config.json, metrics.jsonl, summary.json,
+                              ckpt/, train.log)
+
+Each run is a separate ``python -m respo train --config BASE --resume --field value ...`` process
+(one torch thread by default), ``--jobs`` of them at a time. A run whose ``summary.json`` exists is
+skipped; an interrupted run restarts from its newest checkpoint (``--resume``), so killing and
+re-launching the same command continues the sweep. Several presets may share one sweep directory:
+a run is identified by its grid coordinates only, so the calibration's runs are reused by the
+main sweep when the coordinates coincide.
+
+Every run of a preset takes the same number of policy updates (``updates`` of the base config or
+``--updates``), whatever its N: at N = 32 and 64 updates that is 2 rollout steps, at N = 1 it is 64.
+
+Presets (grid dimensions; `PRESETS` has the exact values):
+    quick      CI: grpo and respo, N = 4, one seed, a tiny budget.
+    calibrate  lr x N stability map: 4 objectives x lr {1e-5, 3e-5, 1e-4} x N {1, 8, 32}, seed 0.
+    full       the study: 4 objectives x N {1, 8, 16, 32} x seeds {0, 1, 2} at ``--lr``, dense preset.
+    moe        the same grid on the tiny-moe preset (seeds {0, 1}).
+    groups     G in {4, 8, 16} at N = 16 for respo and grpo (``--baseline`` picks the baseline).
+    ablation   ReSPO's positive branch with VESPO's negative branch and the reverse, N {1, 8, 32}.
+    replay     respo on tiny-moe with and without routing replay, N {1, 16}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+__all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_label", "main", "add_arguments",
+           "BASE_CONFIG", "ABLATION_KERNELS"]
+
+BASE_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "study" / "base.toml"
+MAIN_OBJECTIVES = ("grpo", "gspo", "vespo", "respo")
+
+#: Branch-ablation objectives: label -> (pos_kernel, neg_kernel) specs for the core's ``reshaped``.
+ABLATION_KERNELS = {
+    "respo+/vespo-": ("respo(2,0.5,2)", "vespo(3,2)"),  # ReSPO's positive branch, VESPO's negative
+    "vespo+/respo-": ("vespo(2,3)", "respo(1,0.5,2)"),  # VESPO's positive branch, ReSPO's negative
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: its name (unique within a sweep) and the config fields it overrides."""
+
+    name: str
+    overrides: dict = field(default_factory=dict)
+
+
+def objective_label(objective: str, objective_kwargs: dict | None = None) -> str:
+    """Short label of an objective + its kernel choice (``reshaped`` runs are named by branch)."""
+    kw = objective_kwargs or {}
+    if objective == "reshaped":
+        pair = (kw.get("pos_kernel", "respo(2,0.5,2)"), kw.get("neg_kernel", "respo(1,0.5,2)"))
+        for label, kernels in ABLATION_KERNELS.items():
+            if _norm(kernels[0]) == _norm(pair[0]) and _norm(kernels[1]) == _norm(pair[1]):
+                return label
+        return f"{_norm(pair[0])}+/{_norm(pair[1])}-"
+    return objective if not kw else objective + "(" + ",".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")"
+
+
+def _norm(spec: str) -> str:
+    return re.sub(r"\s+", "", str(spec))
+
+
+def run_name(ov: dict) -> str:
+    """Directory name from the grid coordinates, e.g. ``tiny-dense_grpo_N8_G8_lr3e-05_s0``."""
+    label = objective_label(ov.get("objective", "respo"), ov.get("objective_kwargs"))
+    label = re.sub(r"[^A-Za-z0-9.]+", "-", label.replace("+/", "pos.").replace("-", "neg").rstrip("/"))
+    parts = [ov.get("model", "tiny-dense"), label, f"N{ov.get('reuse', 1)}", f"G{ov.get('group_size', 8)}",
+             f"lr{ov.get('lr', 0):g}", f"s{ov.get('seed', 0)}"]
+    if ov.get("routing_replay"):
+        parts.append("rr")
+    if "updates" in ov:
+        parts.append(f"u{ov['updates']}")
+    return "_".join(str(p) for p in parts)
+
+
+def _grid(**dims: Iterable[Any]) -> list[dict]:
+    """Cartesian product of the dimensions as a list of override dicts (seed varies slowest, so a
+    partially finished sweep has complete seeds first)."""
+    keys = list(dims)
+    order = sorted(keys, key=lambda k: (k != "seed", k != "lr"))  # seed, then lr, then the rest
+    rows = []
+    for values in itertools.product(*(list(dims[k]) for k in order)):
+        rows.append({k: v for k, v in zip(order, values)})
+    return rows
+
+
+def _objectives(names: Iterable[str]) -> list[dict]:
+    """Objective coordinates: plain names, or ablation labels mapped to ``reshaped`` + kernels."""
+    out = []
+    for n in names:
+        if n in ABLATION_KERNELS:
+            pos, neg = ABLATION_KERNELS[n]
+            out.append({"objective": "reshaped", "objective_kwargs": {"pos_kernel": pos, "neg_kernel": neg}})
+        else:
+            out.append({"objective": n})
+    return out
+
+
+def _expand(rows: list[dict]) -> list[dict]:
+    """Turn the ``obj`` coordinate (a dict of objective fields) into flat overrides."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        obj = r.pop("obj", None)
+        if obj:
+            r.update(obj)
+        out.append(r)
+    return out
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named grid: ``grid(args)`` -> list of override dicts; ``updates`` a default budget (None = base)."""
+
+    doc: str
+    grid: Callable[[argparse.Namespace], list[dict]]
+    updates: int | None = None
+    base: dict = field(default_factory=dict)
+
+
+def _lrs(args, default):
+    return args.lrs or default
+
+
+def _seeds(args, default):
+    return args.seeds if args.seeds is not None else default
+
+
+def _obj_names(args, default):
+    return args.objectives or default
+
+
+PRESETS: dict[str, Preset] = {
+    "quick": Preset(
+        "CI smoke test: grpo and respo at N = 4, one seed, 8 updates of 4 prompts, 3-digit addition",
+        lambda a: _expand(_grid(seed=_seeds(a, [0]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, ["grpo", "respo"])),
+                                reuse=a.reuse or [4])),
+        updates=8,
+        base={"warm_start": False, "prompts": 4, "group_size": 4, "eval_prompts": 8, "eval_k": 2, "max_new_tokens": 22,
+              "task_kwargs": {"digits": 3, "scratchpad": True}, "checkpoint_every": 4},
+    ),
+    "calibrate": Preset(
+        "lr x N stability map: 4 objectives x lr {1e-5, 3e-5, 1e-4} x N {1, 8, 32}, seed 0",
+        lambda a: _expand(_grid(seed=_seeds(a, [0]), lr=_lrs(a, [3e-5, 1e-4, 1e-5]),
+                                obj=_objectives(_obj_names(a, MAIN_OBJECTIVES)), reuse=a.reuse or [1, 8, 32])),
+    ),
+    "full": Preset(
+        "the study: grpo, gspo, vespo, respo x N {1, 8, 16, 32} x seeds {0, 1, 2} at --lr (dense preset)",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1, 2]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, MAIN_OBJECTIVES)),
+                                reuse=a.reuse or [1, 8, 16, 32])),
+    ),
+    "moe": Preset(
+        "the main grid on the tiny-moe preset: 4 objectives x N {1, 8, 16, 32} x seeds {0, 1}",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, MAIN_OBJECTIVES)),
+                                reuse=a.reuse or [1, 8, 16, 32], model=["tiny-moe"])),
+    ),
+    "groups": Preset(
+        "group size G in {4, 8, 16} at N = 16 for respo and the best baseline (--objectives respo,grpo)",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, ["respo", "grpo"])),
+                                reuse=a.reuse or [16], group_size=[4, 8, 16])),
+    ),
+    "ablation": Preset(
+        "branch ablation: ReSPO+ with VESPO- and VESPO+ with ReSPO- (the core's reshaped objective), N {1, 8, 32}",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, list(ABLATION_KERNELS))),
+                                reuse=a.reuse or [1, 8, 32])),
+    ),
+    "replay": Preset(
+        "routing replay: respo on tiny-moe with and without replay, N {1, 16}",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, ["respo"])),
+                                reuse=a.reuse or [1, 16], model=["tiny-moe"], routing_replay=[False, True])),
+    ),
+}
+
+
+def plan(preset: str, args: argparse.Namespace) -> list[RunSpec]:
+    """The runs of ``preset`` (with the budget override) as `RunSpec`s, in launch order."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown sweep preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    updates = args.updates or p.updates
+    specs, seen = [], set()
+    for ov in p.grid(args):
+        ov = {**p.base, **ov}
+        if updates:
+            ov["updates"] = updates
+        if args.set:
+            ov.update(args.set)
+        name = run_name(ov)
+        if name not in seen:
+            seen.add(name)
+            specs.append(RunSpec(name, ov))
+    return specs
+
+
+def _flag_value(v: Any) -> str:
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def train_command(spec: RunSpec, run_dir: Path, base_config: Path, threads: int) -> list[str]:
+    """The exact `respo train` command of one run (always ``--resume``: a no-op on a fresh run)."""
+    cmd = [sys.executable, "-m", "respo", "train", "--config", str(base_config), "--resume",
+           "--out-dir", str(run_dir), "--threads", str(threads)]
+    for k, v in spec.overrides.items():
+        cmd += [f"--{k.replace('_', '-')}", _flag_value(v)]
+    return cmd
+
+
+def _done(run_dir: Path) -> bool:
+    return (run_dir / "summary.json").is_file()
+
+
+def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) -> None:
+    path = sweep_dir / "sweep.json"
+    manifest = json.loads(path.read_text()) if path.is_file() else {"invocations": [], "runs": {}}
+    manifest["invocations"].append(invocation)
+    for s in specs:
+        manifest["runs"][s.name] = {"overrides": s.overrides, "preset": invocation["preset"]}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, path)
+
+
+def _prewarm(specs: list[RunSpec], base_config: Path, threads: int) -> None:
+    """Train (or load) each distinct warm start once, before the parallel runs race for it."""
+    import torch
+
+    from respo.train.config import load_config
+    from respo.train.trainer import load_run_policy
+
+    seen = set()
+    for s in specs:
+        cfg = load_config(base_config, {k: v for k, v in s.overrides.items()})
+        key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start)
+        if key in seen or not cfg.warm_start:
+            continue
+        seen.add(key)
+        torch.set_num_threads(max(1, threads))
+        t0 = time.perf_counter()
+        policy = load_run_policy(cfg)
+        print(f"[sweep] warm start {key[:3]}: {policy.info.get('path', '')} pass_rate={policy.info.get('pass_rate')} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, threads: int = 1,
+              base_config: str | Path = BASE_CONFIG, preset: str = "", command: str = "",
+              prewarm: bool = True, dry_run: bool = False) -> dict:
+    """Run every spec not finished yet, ``jobs`` processes at a time; return counts and failures.
+
+    Each run's stdout/stderr go to ``runs/<name>/train.log``. A failed run is reported (name, exit
+    code, last log line) and the sweep continues; re-running the same command retries it.
+    """
+    sweep_dir, base_config = Path(sweep_dir), Path(base_config)
+    runs_dir = sweep_dir / "runs"
+    todo = [s for s in specs if not _done(runs_dir / s.name)]
+    if dry_run:
+        print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run", flush=True)
+        for s in todo:
+            print(shlex.join(train_command(s, runs_dir / s.name, base_config, threads)))
+        return {"total": len(specs), "skipped": len(specs) - len(todo), "ran": 0, "failed": []}
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    _update_manifest(sweep_dir, {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "preset": preset,
+                                 "command": command, "base_config": str(base_config),
+                                 "base_config_text": base_config.read_text(), "jobs": jobs, "threads": threads,
+                                 "runs": [s.name for s in specs]}, specs)
+    print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run "
+          f"({jobs} at a time) -> {runs_dir}", flush=True)
+    if todo and prewarm:
+        _prewarm(todo, base_config, threads * jobs)
+
+    failed: list[dict] = []
+    t_start = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "TOKENIZERS_PARALLELISM": "false"}
+
+    def one(i_spec):
+        i, s = i_spec
+        run_dir = runs_dir / s.name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cmd = train_command(s, run_dir, base_config, threads)
+        t0 = time.perf_counter()
+        with open(run_dir / "train.log", "a") as log:
+            log.write("$ " + shlex.join(cmd) + "\n")
+            log.flush()
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        dt = time.perf_counter() - t0
+        if rc != 0 or not _done(run_dir):
+            tail = (run_dir / "train.log").read_text().strip().splitlines()[-1:] or [""]
+            failed.append({"run": s.name, "rc": rc, "last_line": tail[0]})
+            print(f"[sweep] FAILED {s.name} rc={rc}: {tail[0]}", flush=True)
+        else:
+            print(f"[sweep] done {i + 1}/{len(todo)} {s.name} in {dt:.0f} s "
+                  f"(elapsed {time.perf_counter() - t_start:.0f} s)", flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, enumerate(todo)))
+    return {"total": len(specs), "skipped": len(specs) - len(todo), "ran": len(todo) - len(failed), "failed": failed}
+
+
+def _kv(text: str) -> tuple[str, Any]:
+    """``field=value`` (value parsed as JSON when possible) for ``--set``."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set expects field=value, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        v = json.loads(v)
+    except json.JSONDecodeError:
+        pass
+    return k.strip().replace("-", "_"), v
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="quick", choices=list(PRESETS),
+                   help="; ".join(f"{k}: {v.doc}" for k, v in PRESETS.items()))
+    p.add_argument("--out", default="runs/study", help="sweep directory (shared by presets; runs are reused)")
+    p.add_argument("--jobs", type=int, default=2, help="parallel run processes (default 2 = the cores)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run process")
+    p.add_argument("--config", default=str(BASE_CONFIG), help="base TOML config of every run")
+    p.add_argument("--updates", type=int, default=0, help="policy updates per run (default: the preset's / base)")
+    p.add_argument("--lrs", "--lr", type=_floats, default=None, help="learning rate(s), comma-separated")
+    p.add_argument("--seeds", type=_ints, default=None, help="seeds, comma-separated")
+    p.add_argument("--reuse", type=_ints, default=None, help="N values, comma-separated")
+    p.add_argument("--objectives", type=_names, default=None,
+                   help=f"objectives, comma-separated (ablation labels: {', '.join(ABLATION_KERNELS)})")
+    p.add_argument("--set", type=_kv, action="append", default=None,
+                   help="field=value applied to every run (repeatable), e.g. --set model=tiny-moe")
+    p.add_argument("--dry-run", action="store_true", help="print the commands of the runs still to do")
+    p.add_argument("--no-prewarm", action="store_true", help="do not build the warm start(s) before the runs")
+
+
+def cmd_sweep(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    if args.set is not None:
+        args.set = dict(args.set)
+    specs = plan(args.preset, args)
+    command = "respo sweep " + shlex.join(argv if argv is not None else sys.argv[1:])
+    res = run_sweep(args.out, specs, jobs=args.jobs, threads=args.threads, base_config=args.config,
+                    preset=args.preset, command=command, prewarm=not args.no_prewarm, dry_run=args.dry_run)
+    print(json.dumps(res, indent=1))
+    return 1 if res["failed"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python -m respo.study.sweep", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return cmd_sweep(p.parse_args(argv), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The staleness study pipeline: aggregation on hand-made run files, the report's structure, and the
+``quick`` sweep preset end to end (real training processes, tiny budget)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+
+from respo.study.aggregate import best_per_column, early_max, fmt_cell, late_mean, load_runs, mean_std, run_mean
+from respo.study.plots import kernel_coefficients, logw_samples_from_quantiles
+from respo.study.report import build_report
+from respo.study.sweep import ABLATION_KERNELS, objective_label, plan, run_name
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------------
+# aggregation (hand-worked numbers)
+# ------------------------------------------------------------------------------------------------
+def test_late_mean_and_early_max_by_hand():
+    s = [i / 100 for i in range(16)]  # 0.00 .. 0.15
+    # last eighth of 16 = 2 values: (0.14 + 0.15) / 2 = 0.145; first quarter = 4 values, max 0.03
+    assert late_mean(s) == pytest.approx(0.145)
+    assert early_max(s) == pytest.approx(0.03)
+    # 7 updates: 7 // 8 = 0 -> at least the last one; 7 // 4 = 1 -> the first only
+    s7 = [0.5, 0.9, 0.1, 0.2, 0.3, 0.4, 0.25]
+    assert late_mean(s7) == pytest.approx(0.25)
+    assert early_max(s7) == pytest.approx(0.5)
+    assert math.isnan(late_mean([])) and math.isnan(early_max([]))
+
+
+def test_mean_std_and_cell_format():
+    m, s, n = mean_std([0.2, 0.4, 0.6])  # mean 0.4, sample std sqrt((0.04+0+0.04)/2) = 0.2
+    assert (m, n) == (pytest.approx(0.4), 3) and s == pytest.approx(0.2)
+    m1, s1, n1 = mean_std([0.3, float("nan"), None])  # non-finite values are dropped
+    assert (m1, n1) == (pytest.approx(0.3), 1) and math.isnan(s1)
+    assert fmt_cell(0.4, 0.2, 3) == "0.400 ± 0.200 (3)"
+    assert fmt_cell(0.3, math.nan, 1, bold=True) == "**0.300 (1)**"
+    assert fmt_cell(math.nan, math.nan, 0) == "–"
+
+
+def test_best_per_column_marks_max_and_ties_and_skips_nan():
+    table = {("grpo", 8): 0.3, ("respo", 8): 0.5, ("grpo", 32): 0.2, ("respo", 32): 0.2, ("vespo", 32): math.nan,
+             ("vespo", 8): 0.1}
+    assert best_per_column(table) == {("respo", 8), ("grpo", 32), ("respo", 32)}
+    assert best_per_column(table, higher=False) == {("vespo", 8), ("grpo", 32), ("respo", 32)}
+
+
+def _fake_run(root: Path, objective: str, reuse: int, lr: float, seed: int, scores: list[float], *,
+              kwargs: dict | None = None, low_w: float = 0.1, finished: bool = True) -> Path:
+    """A run directory shaped like `respo.train.trainer.train`'s output."""
+    ov = {"objective": objective, "reuse": reuse, "lr": lr, "seed": seed, "model": "tiny-dense", "group_size": 8}
+    if kwargs:
+        ov["objective_kwargs"] = kwargs
+    d = root / "runs" / run_name(ov)
+    d.mkdir(parents=True)
+    cfg = {**ov, "objective_kwargs": kwargs or {}, "task": "addition", "task_kwargs": {"digits": 5},
+           "routing_replay": False, "updates": len(scores), "policy": {"pass_rate": 0.2}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    recs = []
+    for u, s in enumerate(scores, 1):
+        stale = (u - 1) % reuse
+        recs.append({"update": u, "score": s, "staleness_mean": stale, "frac_pos_low_w": low_w if stale else 0.0,
+                     "pos_low_w_mass_share": 0.2, "frac_starved": 0.0, "kl_k3": 0.01 * stale, "approx_kl": 0.01,
+                     "coef_mean": 1.0, "phi/pos_mean": 1.0, "phi/neg_mean": None, "log_w/p01": -3.0 * stale,
+                     "log_w/p10": -1.0 * stale, "log_w/p50": -0.2 * stale, "log_w/p90": 0.0, "log_w/p99": 0.1})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"update": 99, "sco')  # torn tail
+    if finished:
+        (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": scores[-1], "prompts": 64, "k": 4}}))
+    return d
+
+
+def test_load_runs_and_stale_only_means(tmp_path):
+    d = _fake_run(tmp_path, "grpo", 4, 3e-5, 0, [0.1] * 8, low_w=0.3)
+    (run,) = load_runs([tmp_path])
+    assert run.path == d and run.finished and len(run.records) == 8  # the torn last line is skipped
+    assert run.coords["objective"] == "grpo" and run.coords["reuse"] == 4
+    # updates 1..8 at N = 4 have staleness 0,1,2,3,0,1,2,3: frac_pos_low_w is 0.3 on the 6 stale ones
+    assert run_mean(run, "frac_pos_low_w", stale_only=True) == pytest.approx(0.3)
+    assert run_mean(run, "frac_pos_low_w") == pytest.approx(0.3 * 6 / 8)
+    assert math.isnan(run_mean(run, "phi/neg_mean"))  # None values are skipped; all None -> NaN
+
+
+def test_report_tables_from_hand_made_runs(tmp_path):
+    sweep = tmp_path / "sweep"
+    # lr 3e-5 (shared: most runs): 2 seeds each. late mean over the last 16 // 8 = 2 updates.
+    up = [0.2] * 14 + [0.4, 0.6]  # late mean 0.5, early max 0.2
+    down = [0.3] * 14 + [0.1, 0.1]  # late mean 0.1, early max 0.3
+    for seed in (0, 1):
+        for N in (1, 8):
+            _fake_run(sweep, "grpo", N, 3e-5, seed, up)
+            _fake_run(sweep, "respo", N, 3e-5, seed, down if N == 8 else up)
+    _fake_run(sweep, "respo", 8, 1e-5, 0, [0.7] * 16)  # respo's best lr at N = 8 (one seed): 0.7
+    _fake_run(sweep, "reshaped", 8, 3e-5, 0, [0.35] * 16, kwargs=dict(zip(("pos_kernel", "neg_kernel"),
+                                                                            ABLATION_KERNELS["respo+/vespo-"])))
+    _fake_run(sweep, "grpo", 32, 3e-5, 0, [0.1] * 5, finished=False)
+    out = tmp_path / "report"
+    path = build_report([sweep], out, command="respo report sweep")
+    text = path.read_text()
+    for head in ("## Main comparison: tiny-dense (G = 8, shared lr = 3e-05)", "### Late mean", "### Early max",
+                 "### Held-out sampled pass@1", "### Late mean at each objective's best learning rate per N",
+                 "### Stability map", "### Starvation diagnostic", "### log W histograms", "## Branch ablation",
+                 "## Runs not finished", "respo report sweep"):
+        assert head in text, head
+    late = text.split("### Late mean (training score")[1].split("###")[0]
+    # grpo: 0.5 at N = 1 and N = 8 (2 seeds, std 0); respo: 0.5 at N = 1 (tie -> both bold), 0.1 at N = 8
+    assert "| grpo | **0.500 ± 0.000 (2)** | **0.500 ± 0.000 (2)** |" in late
+    assert "| respo | **0.500 ± 0.000 (2)** | 0.100 ± 0.000 (2) |" in late
+    early = text.split("### Early max")[1].split("###")[0]
+    assert "| respo | **0.200 ± 0.000 (2)** | **0.300 ± 0.000 (2)** |" in early  # N = 1: a tie at 0.2
+    best = text.split("best learning rate per N")[1].split("###")[0]
+    assert "| respo | **0.500 ± 0.000 (2)** [3e-05] | **0.700 (1)** [1e-05] |" in best
+    abl = text.split("## Branch ablation")[1]
+    assert re.search(r"\| respo\+/vespo- \| \*\*0\.350 \(1\)\*\* \|", abl) is None  # grpo's 0.5 is best at N = 8
+    assert "| respo+/vespo- | 0.350 (1) |" in abl
+    assert "grpo_N32_G8_lr3e-05_s0`: 5 updates logged" in text
+    for png in re.findall(r"\]\(([^)]+\.png)\)", text):
+        assert (out / png).stat().st_size > 1000, png
+
+
+# ------------------------------------------------------------------------------------------------
+# kernels drawn from the core, histogram reconstruction, sweep planning
+# ------------------------------------------------------------------------------------------------
+def test_kernel_coefficients_match_design_values():
+    lw = torch.log(torch.tensor([0.01, 2.0, 4.0], dtype=torch.float64))
+    # DESIGN.md section 2: φ+(0.01) = 1.35907, φ+(2) = 0.55182; φ-(0.01) = 0.60497, φ-(4) = 0.27067
+    pos = kernel_coefficients("respo", lw, 1.0)
+    neg = kernel_coefficients("respo", lw, -1.0)
+    assert pos[:2].tolist() == pytest.approx([1.35907, 0.55182], abs=1e-5)
+    assert [neg[0].item(), neg[2].item()] == pytest.approx([0.60497, 0.27067], abs=1e-5)
+    # GRPO's token clip: r = 0.01 unclipped for Â > 0 (its gradient is r), r = 2 > 1.2 clipped -> 0;
+    # for Â < 0, r = 0.01 < 0.8 clipped -> 0, r = 2 in [0.8, 3] -> 2, r = 4 > c = 3 (dual clip) -> 0
+    assert kernel_coefficients("grpo", lw, 1.0).abs().tolist() == pytest.approx([0.01, 0.0, 0.0])
+    assert kernel_coefficients("grpo", lw, -1.0).abs().tolist() == pytest.approx([0.0, 2.0, 0.0])
+
+
+def test_logw_samples_from_quantiles_interpolate_inverse_cdf():
+    rec = {"log_w/p01": -4.0, "log_w/p10": -2.0, "log_w/p50": -1.0, "log_w/p90": 0.0, "log_w/p99": 1.0}
+    x = logw_samples_from_quantiles([rec, {"log_w/p01": None}], n_per_record=5)  # probs .01,.255,.5,.745,.99
+    # p = 0.255 lies between 0.10 (−2) and 0.50 (−1): −2 + (0.155 / 0.4) = −1.6125; 0.745 -> −1 + 0.245/0.4
+    assert x.tolist() == pytest.approx([-4.0, -1.6125, -1.0, -0.3875, 1.0])
+
+
+def _args(**kw):
+    base = dict(updates=0, lrs=None, seeds=None, reuse=None, objectives=None, set=None)
+    return Namespace(**{**base, **kw})
+
+
+def test_plan_presets_sizes_and_names():
+    full = plan("full", _args(lrs=[3e-5]))
+    assert len(full) == 4 * 4 * 3  # objectives x N x seeds
+    assert [s.overrides["seed"] for s in full[:16]] == [0] * 16  # seed varies slowest
+    assert len({s.name for s in full}) == len(full)
+    abl = plan("ablation", _args(seeds=[0]))
+    assert {objective_label(s.overrides["objective"], s.overrides["objective_kwargs"]) for s in abl} == set(ABLATION_KERNELS)
+    rep = plan("replay", _args(seeds=[0], reuse=[16]))
+    assert sorted(s.overrides["routing_replay"] for s in rep) == [False, True]
+    assert all(s.name.endswith("_rr") == s.overrides["routing_replay"] for s in rep)
+    q = plan("quick", _args(set={"max_new_tokens": 20}))
+    assert all(s.overrides["updates"] == 8 and s.overrides["max_new_tokens"] == 20 for s in q)
+    with pytest.raises(ValueError, match="unknown sweep preset"):
+        plan("nope", _args())
+
+
+# ------------------------------------------------------------------------------------------------
+# the quick preset end to end: real `respo train` processes, then `respo report`
+# ------------------------------------------------------------------------------------------------
+def test_quick_sweep_end_to_end_and_resume(tmp_path):
+    sweep, out = tmp_path / "sweep", tmp_path / "report"
+    cmd = [sys.executable, "-m", "respo", "sweep", "--preset", "quick", "--out", str(sweep), "--jobs", "2",
+           "--updates", "4", "--set", "eval_prompts=4"]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    runs = sorted((sweep / "runs").iterdir())
+    assert len(runs) == 2
+    for rd in runs:
+        summary = json.loads((rd / "summary.json").read_text())
+        assert summary["updates"] == 4 and summary["reuse"] == 4
+        recs = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
+        assert [r["staleness_mean"] for r in recs if "event" not in r] == [0, 1, 2, 3]
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    assert manifest["invocations"][0]["preset"] == "quick" and "--preset quick" in manifest["invocations"][0]["command"]
+    # a second invocation skips the finished runs
+    res2 = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res2.returncode == 0 and "2 already finished, 0 to run" in res2.stdout, res2.stdout + res2.stderr
+
+    res3 = subprocess.run([sys.executable, "-m", "respo", "report", str(sweep), "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert res3.returncode == 0, res3.stdout + res3.stderr
+    text = (out / "report.md").read_text()
+    late = text.split("### Late mean (training score")[1].split("###")[0]
+    rows = [ln for ln in late.splitlines() if ln.startswith("| ") and not ln.startswith("| objective")]
+    assert [r.split(" | ")[0] for r in rows] == ["| grpo", "| respo"]
+    assert all(re.search(r"\d\.\d{3} \(1\)", r) for r in rows)
+    assert "--preset quick" in text and "respo report" in text
+    pngs = re.findall(r"\]\(([^)]+\.png)\)", text)
+    assert {"kernels.png", "curves_tiny-dense.png", "logw_hist_tiny-dense.png"} <= set(pngs)
+    for png in pngs:
+        assert (out / png).stat().st_size > 1000, png
