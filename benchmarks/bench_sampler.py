@@ -1,0 +1,96 @@
+"""Sampler throughput against ``model.generate(output_scores=True)``, side by side in one process.
+
+Both decode the same model, prompts and number of steps (EOS ignored by both, so every row
+runs ``--new-tokens`` steps and the work is identical), at temperature 1, top-p 1, top-k off,
+and both deliver behaviour log-probs: for ``generate`` they are computed from its returned
+scores (``log_softmax(score).gather(token)``), as a trainer would have to. Runs alternate
+(generate, sampler, generate, ...) so machine noise hits both alike; the figure of merit is
+the ratio of median tokens/s. Prints one JSON line per (preset, method) and one ratio line.
+
+    .venv/bin/python benchmarks/bench_sampler.py [--presets tiny-dense tiny-moe] [--batch 64]
+        [--new-tokens 32] [--repeats 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from respo.runtime.models import build_policy
+from respo.runtime.sampler import sample
+from respo.runtime.tasks import get_task
+from respo.runtime.tokenizer import build_char_tokenizer
+
+
+def run_generate(model, tok, prompts, new_tokens, seed):
+    enc = tok(prompts, padding=True, return_tensors="pt", padding_side="left")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tok.pad_token_id,
+        )
+        scores = torch.stack(out.scores, dim=1).float()  # (B, T, V)
+        new = out.sequences[:, enc["input_ids"].shape[1] :]  # (B, T)
+        logp = torch.log_softmax(scores, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return new.numel(), logp
+
+
+def run_sampler(model, tok, prompts, new_tokens, seed):
+    g = torch.Generator().manual_seed(seed)
+    ro = sample(model, tok, prompts, max_new_tokens=new_tokens, generator=g, stop_at_eos=False)
+    return int(ro.response_mask.sum()), ro.behaviour_logp
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--presets", nargs="+", default=["tiny-dense", "tiny-moe"])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tok = build_char_tokenizer()
+    task = get_task("addition", digits=5)
+    prompts = [ex.prompt for ex in task.examples("test", args.batch, seed=0)]
+    for preset in args.presets:
+        model = build_policy(preset, tok, seed=0)
+        # generate() must not stop at EOS either: min_new_tokens suppresses it, and the sampler
+        # runs with stop_at_eos=False, so both decode exactly batch x new_tokens tokens.
+        methods = {"generate": run_generate, "sampler": run_sampler}
+        for fn in methods.values():  # warm-up
+            fn(model, tok, prompts, 4, seed=0)
+        times: dict[str, list[float]] = {k: [] for k in methods}
+        counts: dict[str, int] = {}
+        for r in range(args.repeats):
+            for name, fn in methods.items():
+                t0 = time.perf_counter()
+                n, _ = fn(model, tok, prompts, args.new_tokens, seed=r)
+                times[name].append(time.perf_counter() - t0)
+                counts[name] = n
+        tps = {k: counts[k] / statistics.median(v) for k, v in times.items()}
+        for name in methods:
+            print(json.dumps({
+                "preset": preset, "method": name, "batch": args.batch, "new_tokens": args.new_tokens,
+                "threads": args.threads, "repeats": args.repeats,
+                "median_s": round(statistics.median(times[name]), 4),
+                "tokens": counts[name], "tokens_per_s": round(tps[name], 1),
+            }))
+        print(json.dumps({"preset": preset, "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Batched autoregressive sampling with a KV cache that records behaviour log-probs.
+
+A hand-written decode loop over any Hugging Face causal LM (``DynamicCache``, no
+``generate()``): one prefill forward over the left-padded prompts, then one (B, 1) forward per
+step. Rows never leave the batch: a row that has emitted EOS keeps being fed the pad token
+(masked out of attention and of the response mask), so forward hooks on MoE blocks see all B
+rows at every step (``respo.runtime.moe.RoutingRecorder`` relies on it).
+
+Positions are ``cumsum(attention_mask) - 1`` as in ``respo.runtime.logprobs.token_logprobs``,
+so with temperature 1 and top-p 1 the behaviour log-probs equal the trainer's recomputed
+log-probs of the same tokens with the same weights (the identity test checks 1e-5 in float32).
+
+The behaviour log-prob of a sampled token is its log-probability under the distribution it
+was actually drawn from:
+
+    q = softmax(logits / temperature), restricted to the top-p nucleus and renormalised
+    behaviour_logp[b, t] = log q(y_bt)      (0 where the response mask is 0)
+
+``temperature=0`` means greedy decoding; its behaviour log-probs are 0 (a point mass).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .logprobs import position_ids_from_mask
+
+
+@dataclass
+class Rollout:
+    """One sampled batch, laid out like ``token_logprobs`` expects.
+
+    Attributes:
+        input_ids: (B, L) long: left-padded prompt, response, right pad (L = P + T).
+        attention_mask: (B, L) long: 1 on prompt tokens and on response tokens up to EOS.
+        response_start: P, the column where every response starts.
+        response_mask: (B, T) float: 1 for generated tokens up to and including EOS.
+        behaviour_logp: (B, T) float32: log q of each sampled token, 0 where masked.
+        version: the policy version that sampled the batch.
+        responses: B decoded responses (EOS and padding removed).
+        prompts: the B prompts, as given.
+        finished: (B,) bool: the row emitted EOS (False: cut at ``max_new_tokens``).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_start: int
+    response_mask: torch.Tensor
+    behaviour_logp: torch.Tensor
+    version: int
+    responses: list[str]
+    prompts: list[str] = field(default_factory=list)
+    finished: torch.Tensor | None = None
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        """(B, T) long: the sampled tokens (pad where masked)."""
+        return self.input_ids[:, self.response_start :]
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        """(B,) long: response tokens per row, EOS included."""
+        return self.response_mask.sum(-1).long()
+
+
+def nucleus_log_probs(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Log-probs of the top-p nucleus distribution (tokens outside it get -inf).
+
+    The nucleus is the smallest set of most likely tokens whose mass reaches ``top_p`` (the
+    most likely token is always kept), renormalised:
+
+        q_v = p_v / Σ_{u ∈ nucleus} p_u   for v in the nucleus, else 0.
+
+    Args:
+        logits: (B, V) float, already divided by the temperature.
+        top_p: in (0, 1]; 1 returns ``log_softmax(logits)``.
+
+    Returns:
+        (B, V) float log q.
+    """
+    logp = torch.log_softmax(logits, dim=-1)  # (B, V)
+    if top_p >= 1.0:
+        return logp
+    sorted_logp, order = logp.sort(dim=-1, descending=True)  # (B, V)
+    mass_before = sorted_logp.exp().cumsum(-1) - sorted_logp.exp()  # (B, V) mass of better tokens
+    drop_sorted = mass_before >= top_p  # the first token has mass_before 0 < top_p: always kept
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # (B, V)
+    return torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row and return its log-prob under the distribution drawn from.
+
+    Args:
+        logits: (B, V) raw next-token logits.
+        temperature: > 0 samples from softmax(logits / temperature); 0 is greedy.
+        top_p: nucleus mass in (0, 1].
+        generator: torch.Generator for reproducible draws.
+
+    Returns:
+        tokens (B,) long and behaviour log-probs (B,) float32.
+    """
+    logits = logits.float()
+    if temperature == 0:
+        return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
+    if temperature != 1.0:
+        logits = logits / temperature
+    logq = nucleus_log_probs(logits, top_p)  # (B, V)
+    tokens = torch.multinomial(logq.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+    return tokens, logq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _check_args(prompts, max_new_tokens, temperature, top_p) -> None:
+    if isinstance(prompts, str) or not len(prompts):
+        raise ValueError("prompts must be a non-empty list of strings")
+    bad = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
+    if bad:
+        raise ValueError(f"prompts must be strings; {len(bad)} rows are not (first: row {bad[0]})")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    version: int = 0,
+    router_recorder=None,
+    stop_at_eos: bool = True,
+) -> Rollout:
+    """Sample one response per prompt with a KV cache; record behaviour log-probs.
+
+    Args:
+        model: a Hugging Face causal LM (its mode is left as it is; the presets have no dropout).
+        tokenizer: its tokenizer; prompts are encoded with its special tokens, left-padded.
+        prompts: B prompt strings (repeat a prompt G times for a group).
+        max_new_tokens: the most response tokens per row (EOS included).
+        temperature: sampling temperature (0 = greedy).
+        top_p: nucleus sampling mass.
+        generator: torch.Generator; the same seed gives the same rollout.
+        version: the policy version stored in the rollout.
+        router_recorder: optional context manager (e.g. ``respo.runtime.moe.RoutingRecorder``)
+            entered around the prefill and every decode step.
+        stop_at_eos: False keeps every row decoding for ``max_new_tokens`` steps (EOS is then
+            an ordinary token; used by the benchmark to fix the work done).
+
+    Returns:
+        A ``Rollout``; T is the number of decode steps taken (<= max_new_tokens): decoding
+        stops early once every row has emitted EOS.
+    """
+    _check_args(prompts, max_new_tokens, temperature, top_p)
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    if eos is None:
+        raise ValueError("tokenizer has no eos_token_id: the sampler needs one to stop rows")
+    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", padding_side="left")
+    prompt_ids = enc["input_ids"].to(device)  # (B, P)
+    prompt_mask = enc["attention_mask"].to(device)  # (B, P)
+    B, P = prompt_ids.shape
+    if (prompt_mask.sum(-1) == 0).any():
+        raise ValueError(f"{int((prompt_mask.sum(-1) == 0).sum())} prompts encode to zero tokens")
+
+    attn = torch.zeros(B, P + max_new_tokens, dtype=prompt_mask.dtype, device=device)  # (B, L_max)
+    attn[:, :P] = prompt_mask
+    tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)  # (B, T_max)
+    logq = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=device)  # (B, T_max)
+    alive = torch.ones(B, dtype=torch.bool, device=device)  # (B,)
+    next_pos = prompt_mask.sum(-1, keepdim=True)  # (B, 1) position of the next token
+    cache = DynamicCache(config=model.config)
+
+    steps = 0
+    with router_recorder if router_recorder is not None else nullcontext():
+        out = model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=position_ids_from_mask(prompt_mask),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        for t in range(max_new_tokens):
+            tok, lq = sample_tokens(out.logits[:, -1], temperature=temperature, top_p=top_p, generator=generator)
+            tokens[:, t] = torch.where(alive, tok, pad)
+            logq[:, t] = torch.where(alive, lq, 0.0)
+            attn[:, P + t] = alive
+            if stop_at_eos:
+                alive = alive & (tok != eos)
+            steps = t + 1
+            if steps == max_new_tokens or not bool(alive.any()):
+                break  # the last sampled token is never fed back
+            out = model(
+                input_ids=tokens[:, t : t + 1],
+                attention_mask=attn[:, : P + t + 1],
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+
+    tokens, logq = tokens[:, :steps], logq[:, :steps]  # (B, T)
+    response_mask = attn[:, P : P + steps].float()  # (B, T)
+    finished = ((tokens == eos) & (response_mask > 0)).any(-1)  # (B,)
+    if not stop_at_eos:
+        finished = torch.ones_like(finished)
+    texts = []
+    for row, n in zip(tokens.tolist(), response_mask.sum(-1).long().tolist()):
+        row = row[:n]
+        if stop_at_eos and row and row[-1] == eos:
+            row = row[:-1]
+        texts.append(tokenizer.decode(row, skip_special_tokens=True))
+    return Rollout(
+        input_ids=torch.cat([prompt_ids, tokens], dim=1),
+        attention_mask=attn[:, : P + steps].clone(),
+        response_start=P,
+        response_mask=response_mask,
+        behaviour_logp=logq.clone(),
+        version=version,
+        responses=texts,
+        prompts=list(prompts),
+        finished=finished,
+    )
