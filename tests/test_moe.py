@@ -562,3 +562,19 @@ def test_register_another_family(monkeypatch):
         plain = model(ids).logits
     with routing_replay(model, rec.routing()):
         assert torch.equal(model(ids).logits, plain)
+
+
+def test_cat_routings_pads_trimmed_micro_batches():
+    from respo.runtime.moe import cat_routings
+
+    sentinel = missing_index(torch.uint8)
+    a = torch.zeros(2, 3, 1, K, dtype=torch.uint8)  # micro-batch trimmed to 3 columns
+    b = torch.ones(1, 5, 1, K, dtype=torch.uint8)
+    out = cat_routings([a, b])
+    assert out.shape == (3, 5, 1, K)
+    assert (out[:2, 3:] == sentinel).all() and (out[:2, :3] == 0).all() and (out[2] == 1).all()
+    assert cat_routings([a], length=4).shape == (2, 4, 1, K)
+    with pytest.raises(ValueError, match="more than length=4"):
+        cat_routings([b], length=4)
+    # The padded columns are left out of router_shift: a fully-masked comparison counts 2*3 + 5.
+    assert router_shift(out, out, torch.ones(3, 5)).tokens == 11

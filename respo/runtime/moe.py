@@ -68,15 +68,22 @@ Diagnostics (pure functions of tensors; detached tensors, no ``.item()``)::
 
 Integration points for the trainer
 ----------------------------------
-(a) Sampling: when ``routing_replay`` is on, or ``is_moe(model)`` (to log router shift), wrap
-    the rollout's ``sample(...)`` in ``RoutingRecorder(model)`` and keep
-    ``rec.routing(length=L)`` with the rollout (it is what produced ``behaviour_logp``).
-(b) Training: when ``routing_replay=True``, wrap the old-logp recomputation and every training
-    forward in ``routing_replay(model, routing[rows])``.
-(c) Logging, per update: ``moe_metrics(rollout_routing, train_routing, num_experts, mask)``
-    where ``train_routing`` is ``rp.router_routing()`` under replay (the router's own choice)
-    or a ``RoutingRecorder`` around the training forward without replay; ``mask`` is the
-    response mask ``(B, T)`` (right-aligned to the last ``T`` columns).
+(a) Sampling: for an MoE policy (``is_moe(model)``), record the rollout::
+
+        rec = RoutingRecorder(model)
+        ro = sample(..., router_recorder=rec)          # or: with rec: ro = sample(...)
+        routing = rec.routing(length=ro.input_ids.shape[1])   # kept with the rollout's rows
+
+(b) Training: with ``routing_replay=True``, wrap the old-logp recomputation and every training
+    forward in ``routing_replay(model, routing[rows])`` (rows of the micro-batch; trimming right
+    columns is fine). Without replay, wrap the training forward in a ``RoutingRecorder`` to see
+    where the current router sends the tokens.
+(c) Logging, per update: the router's current choice is ``rp.router_routing()`` under replay
+    (free) or ``rec.routing()`` of (b)'s recorder; gather the micro-batches with
+    ``cat_routings(nows, length=L)`` and log
+    ``moe_metrics(batch_routing, cat_routings(nows, L), num_experts, batch.mask)``: router shift
+    overall / any layer / overlap / per layer on the response tokens (``mask`` (B, T) is
+    right-aligned to the last T columns) and the rollout's expert-load balance.
 """
 
 from __future__ import annotations
@@ -103,6 +110,7 @@ __all__ = [
     "supported_families",
     "routing_dtype",
     "missing_index",
+    "cat_routings",
     "router_shift",
     "expert_load",
     "load_balance",
@@ -426,6 +434,26 @@ def _check_routing(routing: torch.Tensor, layers: list[MoELayer]) -> None:
             f"routing has positions with only some of the k experts missing in "
             f"{int(partial.sum())} of {routing.shape[0]} rows"
         )
+
+
+def cat_routings(routings: list[torch.Tensor], length: int | None = None) -> torch.Tensor:
+    """Stack routings of row blocks (e.g. micro-batches trimmed to different lengths) into one.
+
+    Args:
+        routings: tensors (B_i, L_i, n_layers, k) of one dtype.
+        length: columns of the result (default max L_i); shorter blocks are padded on the right
+            with ``missing_index(dtype)``, so right-trimmed padding stays out of the diagnostics.
+
+    Returns:
+        (sum B_i, length, n_layers, k).
+    """
+    if not routings:
+        raise ValueError("cat_routings needs at least one routing")
+    length = max(r.shape[1] for r in routings) if length is None else length
+    if any(r.shape[1] > length for r in routings):
+        raise ValueError(f"a routing has more than length={length} columns: {[r.shape[1] for r in routings]}")
+    sentinel = missing_index(routings[0].dtype)
+    return torch.cat([_fit_columns(r, length, sentinel) for r in routings], dim=0)
 
 
 def _fit_columns(x: torch.Tensor, S: int, fill) -> torch.Tensor:
