@@ -115,3 +115,24 @@ def test_micro_batching_does_not_change_the_update(setup, agg):
     start = torch.cat([p.detach().flatten() for p in setup[0].model.parameters()])
     assert (w0 - start).abs().max() > 1e-5  # the step moved the weights...
     assert torch.allclose(w0, w1, atol=1e-6)  # ...by the same gradient
+
+
+@pytest.mark.parametrize("replay", [False, True])
+def test_moe_routing_recorded_replayed_and_shift_logged(replay):
+    # tiny-moe: the rollout records every token's experts; with routing_replay the old-logp and training
+    # forwards use them. Either way the first update is on-policy (log W == 0 exactly) and the router
+    # shift between sampling (KV-cached decode) and the training forward is logged and small.
+    tok = build_char_tokenizer()
+    model = build_policy("tiny-moe", tok, seed=0)
+    task = get_task("addition", overlong=(12, 11))
+    pool = task.examples("train", 16, 0)
+    cfg = _cfg(model="tiny-moe", routing_replay=replay, micro_batch=4)
+    policy = Policy(model, tok, {})
+    batch, _ = rollout_batch(policy, task, pool, [0, 1], cfg, torch.Generator().manual_seed(0), 0)
+    L, n_layers, k = batch.input_ids.shape[1], model.config.num_hidden_layers, model.config.num_experts_per_tok
+    assert batch.routing is not None and tuple(batch.routing.shape) == (8, L, n_layers, k)
+    batch.old_logp = recompute_logp(model, batch, cfg)
+    opt, sched = _optimizer(model, cfg)
+    m = update_step(model, opt, sched, batch, cfg)
+    assert float(m["log_w/min"]) == 0.0 == float(m["log_w/max"])
+    assert 0.0 <= float(m["router_shift"]) < 0.05
