@@ -128,9 +128,10 @@ def write_report(run_dir: str | Path, *, why: str = "", wall_s: float | None = N
     plot_curve(recs, run_dir / "curve.png", title)
     mean_key = f"mean@{k}"
     delta = se_delta = None
-    if before and after and before.get(mean_key) is not None:
-        delta = after[mean_key] - before[mean_key]
-        se_delta = math.sqrt(before[f"{mean_key}_se"] ** 2 + after[f"{mean_key}_se"] ** 2)
+    if before and after and before.get("per_prompt_mean") and after.get("per_prompt_mean"):
+        from respo.train.evaluate import paired_difference
+
+        delta, se_delta = paired_difference(before["per_prompt_mean"], after["per_prompt_mean"])
     q = max(1, len(recs) // 8)
     lines = [
         f"# respo run report: {title}",
@@ -148,9 +149,9 @@ def write_report(run_dir: str | Path, *, why: str = "", wall_s: float | None = N
     ]
     if delta is not None:
         verdict = "larger" if abs(delta) > se_delta else "NOT larger"
-        lines += [f"Change in sampled accuracy: {delta:+.3f} (standard error of the difference {se_delta:.3f}; "
-                  f"the change is {verdict} than its standard error, the two evaluations use independent samples "
-                  f"on the same prompts, so this SE is conservative).", ""]
+        lines += [f"Change in sampled accuracy: **{delta:+.3f} ± {se_delta:.3f}** (paired over the same prompts: "
+                  f"mean and standard error of the per-prompt change in mean@{k}); the change is {verdict} than its "
+                  f"standard error ({abs(delta) / se_delta if se_delta else float('inf'):.1f} SE).", ""]
     lines += [
         "## Staleness reached",
         "",

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["pass_at_k", "evaluate_policy", "summarize_correct"]
+__all__ = ["pass_at_k", "evaluate_policy", "summarize_correct", "paired_difference"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -35,12 +35,21 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float]:
     return float(t.mean()), float(t.std(unbiased=True) / math.sqrt(t.numel()))
 
 
+def paired_difference(before: Sequence[float], after: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the per-prompt difference ``after - before`` (same prompts)."""
+    if len(before) != len(after):
+        raise ValueError(f"paired evaluation needs the same prompts: {len(before)} vs {len(after)} values")
+    return _mean_se([a - b for a, b in zip(after, before)])
+
+
 def summarize_correct(correct: torch.Tensor) -> dict[str, float]:
     """Metrics from a (P, k) 0/1 correctness table (P prompts, k samples each)."""
     P, k = correct.shape
     c = correct.sum(1).long().tolist()
     out: dict[str, float] = {"prompts": P, "k": k}
-    out[f"mean@{k}"], out[f"mean@{k}_se"] = _mean_se(correct.double().mean(1).tolist())
+    per_prompt = correct.double().mean(1).tolist()
+    out[f"mean@{k}"], out[f"mean@{k}_se"] = _mean_se(per_prompt)
+    out["per_prompt_mean"] = per_prompt  # for paired before/after comparisons
     for j in sorted({1, k} | ({2, 4, 8} & set(range(1, k + 1)))):
         out[f"pass@{j}"], out[f"pass@{j}_se"] = _mean_se([pass_at_k(k, ci, j) for ci in c])
     return out

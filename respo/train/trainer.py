@@ -319,6 +319,10 @@ def _evaluate(policy: Policy, task, examples, cfg: TrainConfig) -> dict:
                            max_new_tokens=cfg.max_new_tokens, temperature=1.0, generator=gen)
 
 
+def _eval_record(ev: dict) -> dict:
+    return {f"eval/{k}": v for k, v in ev.items() if not isinstance(v, list)}
+
+
 def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
     """Run one training job described by ``cfg``; return its run directory.
 
@@ -381,7 +385,7 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
 
     if cfg.eval_before and held_out and "before" not in evals:
         evals["before"] = _evaluate(policy, task, held_out, cfg)
-        log.log({"event": "eval", "update": update, **{f"eval/{k}": v for k, v in evals["before"].items()}})
+        log.log({"event": "eval", "update": update, **_eval_record(evals["before"])})
 
     worker = None
     if cfg.mode == "async":
@@ -422,7 +426,7 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             if cfg.eval_every and update % cfg.eval_every == 0 and update < cfg.updates and held_out:
                 ev = _evaluate(policy, task, held_out, cfg)
                 evals[f"update_{update}"] = ev
-                log.log({"event": "eval", "update": update, **{f"eval/{k}": v for k, v in ev.items()}})
+                log.log({"event": "eval", "update": update, **_eval_record(ev)})
             if cfg.checkpoint_every and update % cfg.checkpoint_every == 0 and update < cfg.updates:
                 checkpoint()
     finally:
@@ -431,7 +435,7 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             worker.stop()
     if held_out:
         evals["after"] = _evaluate(policy, task, held_out, cfg)
-        log.log({"event": "eval", "update": update, **{f"eval/{k}": v for k, v in evals["after"].items()}})
+        log.log({"event": "eval", "update": update, **_eval_record(evals["after"])})
     checkpoint()
     log.close()
     model.save_pretrained(run_dir / "final")
