@@ -226,3 +226,20 @@ def test_trls_own_vespo_matches_cores_vespo(fp64_trainer, tokenizer):
         trainer.loss_type, trainer.respo_objective, trainer.respo_hparams = saved
     assert abs(core_vespo.item() - trl_vespo.item()) < 1e-6 * max(1.0, abs(trl_vespo.item()))  # float32 log-probs
     assert abs(ours.item() - trl_vespo.item()) > 1e-6  # respo is not vespo
+
+
+def test_config_parses_from_the_command_line():
+    # TRL's scripts parse configs with HfArgumentParser; respo's fields go through it.
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser(RespoGRPOConfig).parse_args_into_dataclasses(
+        ["--output_dir", "/tmp/respo-cli", "--use_cpu", "true", "--loss_type", "reshaped",
+         "--respo_hparams", '{"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}']
+    )  # fmt: skip
+    assert args.objective_hparams() == {"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}
+    (args,) = HfArgumentParser(RespoGRPOConfig).parse_args_into_dataclasses(
+        ["--output_dir", "/tmp/respo-cli", "--use_cpu", "true", "--respo_pos", "2", "0.25", "4"]
+    )
+    assert args.loss_type == "dapo" and args.objective_hparams() == {}  # TRL's default loss stays TRL's
+    args.loss_type = "respo"
+    assert args.objective_hparams() == {"pos": (2.0, 0.25, 4.0), "neg": (1.0, 0.5, 2.0)}

@@ -317,6 +317,7 @@ def test_scripts_parse():
     assert bad.returncode == 2 and b"must divide" in bad.stderr
 
 
+@pytest.mark.filterwarnings("ignore:Disabled critic")  # verl's note that GRPO needs no critic
 @pytest.mark.parametrize(
     "objective,reuse,loss_mode",
     [
@@ -422,3 +423,23 @@ def test_prepare_data_jsonl_names_bad_lines(tmp_path):
         read_jsonl(path)
     path.write_text('{"q": "1+1?", "a": "2"}\n\n{"q": "2+2?", "a": 4}\n')
     assert read_jsonl(path, "q", "a") == [("1+1?", "2"), ("2+2?", "4")]
+
+
+def test_recipe_extra_overrides_carry_kernel_hyperparameters():
+    # The README's branch ablation: quoted kernel specs after `--` reach RespoPolicyLossConfig.
+    overrides = recipe_overrides(
+        "--objective", "reshaped", "--",
+        "+actor_rollout_ref.actor.policy_loss.reshaped_pos='respo(2,0.5,2)'",
+        "+actor_rollout_ref.actor.policy_loss.reshaped_neg='vespo(3,2)'",
+        "+actor_rollout_ref.actor.policy_loss.respo_pos=[2.0,0.25,2.0]",
+    )  # fmt: skip
+    actor = omega_conf_to_dataclass(compose_verl(overrides).actor_rollout_ref.actor)
+    pl = actor.policy_loss
+    assert (pl.loss_mode, pl.reshaped_pos, pl.reshaped_neg) == ("reshaped", "respo(2,0.5,2)", "vespo(3,2)")
+    assert pl.respo_pos == [2.0, 0.25, 2.0] and pl.rollout_is_level is None  # rollout correction off: auto
+    logp, old, adv, adv_seq, mask = batch(7)
+    loss, _ = get_policy_loss_fn("reshaped")(old, logp, adv, mask, "token-mean", actor, None)
+    core, _ = respo.policy_loss(
+        "reshaped", logp, old, adv_seq, mask.double(), pos_kernel="respo(2,0.5,2)", neg_kernel="vespo(3,2)"
+    )
+    assert torch.allclose(loss, core, rtol=1e-12)
