@@ -74,13 +74,20 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
             recs = _read_jsonl(rd / "metrics.jsonl")
             summ = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").is_file() else None
             label = objective_label(cfg.get("objective", "?"), cfg.get("objective_kwargs") or {})
-            coords = {"model": cfg.get("model"), "objective": label, "reuse": cfg.get("reuse"), "lr": cfg.get("lr"),
+            coords = {"model": _model_label(cfg), "objective": label, "reuse": cfg.get("reuse"), "lr": cfg.get("lr"),
                       "seed": cfg.get("seed"), "group_size": cfg.get("group_size"),
                       "routing_replay": bool(cfg.get("routing_replay")), "updates": cfg.get("updates"),
                       "task": cfg.get("task"), "task_kwargs": json.dumps(cfg.get("task_kwargs", {}), sort_keys=True)}
             runs.append(Run(rd, cfg, [r for r in recs if "event" not in r], [r for r in recs if r.get("event") == "eval"],
                             summ, label, coords))
     return runs
+
+
+def _model_label(cfg: dict) -> str:
+    """The preset behind a run's policy: the warm start's recorded preset, else the model field."""
+    policy = cfg.get("policy") or {}
+    preset = (policy.get("config") or {}).get("preset") if isinstance(policy.get("config"), dict) else None
+    return str(preset or policy.get("preset") or Path(str(cfg.get("model"))).name)
 
 
 def late_mean(scores: Sequence[float]) -> float:

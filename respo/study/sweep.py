@@ -48,6 +48,8 @@ __all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_lab
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "study" / "base.toml"
 MAIN_OBJECTIVES = ("grpo", "gspo", "vespo", "respo")
+#: The MoE presets' policy: the tiny-moe warm start on the base task (see configs/study/base.toml).
+MOE_MODEL = "runs/study/warm/tiny-moe"
 
 #: Branch-ablation objectives: label -> (pos_kernel, neg_kernel) specs for the core's ``reshaped``.
 ABLATION_KERNELS = {
@@ -84,7 +86,7 @@ def run_name(ov: dict) -> str:
     """Directory name from the grid coordinates, e.g. ``tiny-dense_grpo_N8_G8_lr3e-05_s0``."""
     label = objective_label(ov.get("objective", "respo"), ov.get("objective_kwargs"))
     label = re.sub(r"[^A-Za-z0-9.]+", "-", label.replace("+/", "pos.").replace("-", "neg").rstrip("/"))
-    parts = [ov.get("model", "tiny-dense"), label, f"N{ov.get('reuse', 1)}", f"G{ov.get('group_size', 8)}",
+    parts = [Path(str(ov.get("model", "tiny-dense"))).name, label, f"N{ov.get('reuse', 1)}", f"G{ov.get('group_size', 8)}",
              f"lr{ov.get('lr', 0):g}", f"s{ov.get('seed', 0)}"]
     if ov.get("routing_replay"):
         parts.append("rr")
@@ -156,7 +158,7 @@ PRESETS: dict[str, Preset] = {
         lambda a: _expand(_grid(seed=_seeds(a, [0]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, ["grpo", "respo"])),
                                 reuse=a.reuse or [4])),
         updates=8,
-        base={"warm_start": False, "prompts": 4, "group_size": 4, "eval_prompts": 8, "eval_k": 2, "max_new_tokens": 22,
+        base={"model": "tiny-dense", "warm_start": False, "prompts": 4, "group_size": 4, "eval_prompts": 8, "eval_k": 2, "max_new_tokens": 22,
               "task_kwargs": {"digits": 3, "scratchpad": True}, "checkpoint_every": 4},
     ),
     "calibrate": Preset(
@@ -172,7 +174,7 @@ PRESETS: dict[str, Preset] = {
     "moe": Preset(
         "the main grid on the tiny-moe preset: 4 objectives x N {1, 8, 16, 32} x seeds {0, 1}",
         lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, MAIN_OBJECTIVES)),
-                                reuse=a.reuse or [1, 8, 16, 32], model=["tiny-moe"])),
+                                reuse=a.reuse or [1, 8, 16, 32], model=[MOE_MODEL])),
     ),
     "groups": Preset(
         "group size G in {4, 8, 16} at N = 16 for respo and the best baseline (--objectives respo,grpo)",
@@ -187,7 +189,7 @@ PRESETS: dict[str, Preset] = {
     "replay": Preset(
         "routing replay: respo on tiny-moe with and without replay, N {1, 16}",
         lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, ["respo"])),
-                                reuse=a.reuse or [1, 16], model=["tiny-moe"], routing_replay=[False, True])),
+                                reuse=a.reuse or [1, 16], model=[MOE_MODEL], routing_replay=[False, True])),
     ),
 }
 
