@@ -21,7 +21,7 @@ __all__ = ["DEMO", "WHY", "demo_config", "run_demo", "write_report", "plot_curve
 #: Demo settings (overridable: ``respo demo --reuse 8 --lr 1e-4``).
 DEMO: dict[str, Any] = {
     "task": "addition",
-    "task_kwargs": {"digits": 3, "scratchpad": True},
+    "task_kwargs": {"digits": 5, "scratchpad": True},  # the warm start's default task: 32-token responses
     "model": "tiny-dense",
     "warm_start": True,
     "out_dir": "runs/demo",
@@ -32,7 +32,7 @@ DEMO: dict[str, Any] = {
     "updates": 96,
     "lr": 3e-5,
     "warmup": 10,
-    "max_new_tokens": 24,
+    "max_new_tokens": 40,
     "eval_prompts": 256,
     "eval_k": 4,
     "checkpoint_every": 0,

@@ -85,15 +85,9 @@ def load_run_policy(cfg: TrainConfig) -> Policy:
 
 
 def _warm_kwargs(cfg: TrainConfig) -> dict:
-    """Task kwargs are forwarded to the warm start when its signature accepts them."""
-    import inspect
-
-    from respo.runtime.sft import warm_start
-
-    params = inspect.signature(warm_start).parameters
-    if cfg.task_kwargs and "task_kwargs" in params:
-        return {"task_kwargs": dict(cfg.task_kwargs)}
-    return {}
+    """The warm start is trained on exactly the task the run trains on (same task kwargs; the overlong
+    penalty only changes rewards, so it is left out of the warm-start cache key)."""
+    return {"task_kwargs": {k: v for k, v in cfg.task_kwargs.items() if k != "overlong"}}
 
 
 def _alphabet_for(cfg: TrainConfig):
