@@ -1,0 +1,349 @@
+"""Warm start: supervised fine-tuning on task demonstrations to a measured, mid-range pass rate.
+
+RL needs a base policy that is neither hopeless nor saturated. ``warm_start`` builds a preset
+(random init), trains it on the task's demonstrations with cross-entropy on the response
+tokens (EOS included), and stops *partway*: every ``eval_every`` steps it samples at
+temperature 1 on held-out prompts and stops as soon as the sampled pass rate reaches
+``target_pass`` (or at ``max_steps`` / ``max_seconds``). The final pass rate is then measured
+on ``eval_n`` other held-out prompts with the sampler at temperature 1 and stored with the
+model. Optional demonstration noise (``noise``: the fraction of demonstrations with one
+character replaced) makes the policy less certain.
+
+Sampled accuracy, not greedy accuracy, is what RL sees as reward; at the prototype scale
+greedy accuracy was 76 % while sampled accuracy was 21 %. Both are recorded.
+
+Cache layout (one directory per settings hash, reused by later calls)::
+
+    cache_dir/<preset>-<task>-<hash>/
+        config.json, model.safetensors, generation_config.json   (save_pretrained)
+        tokenizer.json, tokenizer_config.json, ...                (save_pretrained)
+        respo_warm_start.json  (settings, pass rates, timings, eval history)
+
+Command line::
+
+    python -m respo.runtime.sft --task addition --task-kwarg digits=5 --preset tiny-dense \
+        --cache-dir .cache/warm_start
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .logprobs import token_logprobs
+from .models import build_policy
+from .sampler import sample
+from .tasks import Task, get_task, score_batch
+from .tokenizer import build_char_tokenizer
+
+INFO_FILE = "respo_warm_start.json"
+DEFAULT_TASK = "addition"
+#: 5-digit scratchpad addition: 31 response characters + EOS = 32 tokens.
+DEFAULT_TASK_KWARGS: dict[str, Any] = {"digits": 5, "scratchpad": True}
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Everything that determines a warm-started policy (its hash names the cache directory)."""
+
+    task: str = DEFAULT_TASK
+    task_kwargs: dict = field(default_factory=lambda: dict(DEFAULT_TASK_KWARGS))
+    preset: str = "tiny-dense"
+    seed: int = 0
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    batch_size: int = 64
+    max_steps: int = 1500
+    max_seconds: float = 150.0
+    noise: float = 0.0
+    target_pass: float = 0.3
+    eval_every: int = 25
+    fine_eval_every: int = 5  # once any held-out sample passes
+    eval_prompts: int = 128
+    eval_n: int = 512
+    max_new_tokens: int | None = None  # None: the longest demonstration + 8
+    model_overrides: dict = field(default_factory=dict)
+
+    def key(self) -> str:
+        """Stable 10-hex-digit hash of the settings."""
+        blob = json.dumps(asdict(self), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+@dataclass
+class WarmStart:
+    """A cached base policy and what was measured on it."""
+
+    path: Path
+    pass_rate: float  # sampled (temperature 1) held-out pass rate, normalised (r+1)/2 with r = ±1
+    greedy_pass_rate: float
+    steps: int
+    train_seconds: float
+    reused: bool
+    config: dict
+    history: list = field(default_factory=list)
+
+
+def encode_pairs(tokenizer, prompts: list[str], responses: list[str], *, add_eos: bool = True):
+    """Lay out prompt/response pairs like a rollout: left-padded prompts, right-padded responses.
+
+    Returns:
+        input_ids (B, P+T) long, attention_mask (B, P+T) long, response_start P,
+        response_mask (B, T) float (1 on response tokens, EOS included).
+    """
+    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", padding_side="left")
+    prompt_ids, prompt_mask = enc["input_ids"], enc["attention_mask"]  # (B, P)
+    eos = [tokenizer.eos_token_id] if add_eos else []
+    resp = [tokenizer(r, add_special_tokens=False)["input_ids"] + eos for r in responses]
+    T = max(len(r) for r in resp)
+    B = len(resp)
+    resp_ids = torch.full((B, T), tokenizer.pad_token_id, dtype=torch.long)  # (B, T)
+    resp_mask = torch.zeros(B, T)  # (B, T)
+    for b, r in enumerate(resp):
+        resp_ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+        resp_mask[b, : len(r)] = 1.0
+    input_ids = torch.cat([prompt_ids, resp_ids], dim=1)  # (B, P+T)
+    attention_mask = torch.cat([prompt_mask, resp_mask.long()], dim=1)  # (B, P+T)
+    return input_ids, attention_mask, prompt_ids.shape[1], resp_mask
+
+
+def sft_loss(model, input_ids, attention_mask, response_start, response_mask) -> torch.Tensor:
+    """Token-mean cross-entropy on response tokens: -Σ m·log π(y_t) / Σ m."""
+    logp, _ = token_logprobs(model, input_ids, attention_mask, response_start)  # (B, T)
+    return -(logp * response_mask).sum() / response_mask.sum().clamp_min(1.0)
+
+
+def _corrupt(text: str, alphabet: str, rng: random.Random) -> str:
+    """Replace one random character with a different random character of the alphabet."""
+    if not text:
+        return text
+    i = rng.randrange(len(text))
+    choices = [c for c in alphabet if c != text[i] and c not in "\n"]
+    return text[:i] + rng.choice(choices) + text[i + 1 :]
+
+
+@torch.no_grad()
+def measure_pass_rate(
+    model, tokenizer, task: Task, examples, *, max_new_tokens: int, temperature: float = 1.0,
+    seed: int = 0, batch_rows: int = 256,
+) -> float:
+    """Normalised held-out score (r+1)/2 averaged over examples, sampling one response each."""
+    was_training = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    rewards: list[float] = []
+    for i in range(0, len(examples), batch_rows):
+        chunk = examples[i : i + batch_rows]
+        ro = sample(model, tokenizer, [ex.prompt for ex in chunk], max_new_tokens=max_new_tokens,
+                    temperature=temperature, generator=g)
+        rewards += score_batch(task, ro.responses, chunk, finished=ro.finished.tolist())
+    model.train(was_training)
+    return sum((r + 1) / 2 for r in rewards) / max(len(rewards), 1)
+
+
+def load_policy(path: str | Path):
+    """Load a warm-started policy: ``(model, tokenizer, info)``; the model is in eval mode."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    info_path = path / INFO_FILE
+    if not info_path.is_file():
+        raise FileNotFoundError(f"{path} is not a warm-start directory (no {INFO_FILE})")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer.padding_side = "left"
+    model = build_policy(path, tokenizer)
+    return model, tokenizer, json.loads(info_path.read_text())
+
+
+def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
+    task = get_task(cfg.task, **cfg.task_kwargs)
+    tokenizer = build_char_tokenizer(task.alphabet)
+    model = build_policy(cfg.preset, tokenizer, seed=cfg.seed, **cfg.model_overrides)
+    model.train()
+    rng = random.Random(f"sft|{cfg.seed}")
+    train_pool = task.examples("train", cfg.batch_size * 50, seed=cfg.seed)
+    eval_during = task.examples("test", cfg.eval_prompts, seed=cfg.seed + 1)
+    eval_final = task.examples("test", cfg.eval_n, seed=cfg.seed + 2)
+    demo_len = max(len(task.demonstration(ex)) for ex in train_pool[:512])
+    max_new = cfg.max_new_tokens or demo_len + 8
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
+    history, t0, step, passed, next_eval = [], time.perf_counter(), 0, 0.0, cfg.eval_every
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        while step < cfg.max_steps:
+            batch = rng.sample(train_pool, cfg.batch_size)
+            demos = [task.demonstration(ex) for ex in batch]
+            if cfg.noise > 0:
+                demos = [_corrupt(d, task.alphabet, rng) if rng.random() < cfg.noise else d for d in demos]
+            ids, attn, P, mask = encode_pairs(tokenizer, [ex.prompt for ex in batch], demos)
+            loss = sft_loss(model, ids, attn, P, mask)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            elapsed = time.perf_counter() - t0
+            if step >= next_eval or elapsed > cfg.max_seconds or step == cfg.max_steps:
+                passed = measure_pass_rate(model, tokenizer, task, eval_during, max_new_tokens=max_new,
+                                           seed=cfg.seed + step)
+                history.append({"step": step, "loss": round(loss.item(), 5), "sampled_pass": passed,
+                                "seconds": round(time.perf_counter() - t0, 2)})
+                # close to the target the pass rate climbs fast: evaluate more often there
+                fine = passed > 0
+                next_eval = step + (cfg.fine_eval_every if fine else cfg.eval_every)
+                log(f"sft step {step} loss {loss.item():.4f} sampled pass {passed:.3f} "
+                    f"({time.perf_counter() - t0:.1f}s)")
+                if passed >= cfg.target_pass or time.perf_counter() - t0 > cfg.max_seconds:
+                    break
+    train_seconds = time.perf_counter() - t0
+    model.eval()
+    pass_rate = measure_pass_rate(model, tokenizer, task, eval_final, max_new_tokens=max_new, seed=cfg.seed + 10**6)
+    greedy = measure_pass_rate(model, tokenizer, task, eval_final, max_new_tokens=max_new, temperature=0.0)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    info = {
+        "config": asdict(cfg),
+        "key": cfg.key(),
+        "pass_rate": pass_rate,
+        "greedy_pass_rate": greedy,
+        "pass_rate_measured_on": f"{cfg.eval_n} held-out prompts, one sample each, temperature 1",
+        "steps": step,
+        "train_seconds": round(train_seconds, 2),
+        "max_new_tokens": max_new,
+        "torch_threads": torch.get_num_threads(),
+        "history": history,
+    }
+    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
+    return info
+
+
+def warm_start(
+    task_spec: str = DEFAULT_TASK,
+    preset: str = "tiny-dense",
+    cache_dir: str | Path = ".cache/warm_start",
+    *,
+    seed: int = 0,
+    task_kwargs: dict | None = None,
+    force: bool = False,
+    verbose: bool = False,
+    **config: Any,
+) -> WarmStart:
+    """Train (or reuse from ``cache_dir``) a warm-started base policy and its measured pass rate.
+
+    Args:
+        task_spec: a ``get_task`` spec. Default: 5-digit scratchpad addition (32-token responses).
+        preset: a ``respo.runtime.models`` preset.
+        cache_dir: parent directory of the per-settings cache directories.
+        seed: model init, data order and evaluation seed.
+        task_kwargs: the task's knobs; ``None`` means ``DEFAULT_TASK_KWARGS`` for the default
+            task and ``{}`` otherwise.
+        force: retrain even if a cached policy exists.
+        verbose: print progress lines.
+        **config: any other ``SFTConfig`` field (lr, batch_size, max_steps, max_seconds, noise,
+            target_pass, eval_every, eval_prompts, eval_n, max_new_tokens, model_overrides, ...).
+
+    Returns:
+        ``WarmStart`` with the directory, the sampled and greedy held-out pass rates, and
+        ``reused=True`` when it came from the cache.
+    """
+    if task_kwargs is None:
+        task_kwargs = dict(DEFAULT_TASK_KWARGS) if task_spec == DEFAULT_TASK else {}
+    unknown = set(config) - set(SFTConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown warm_start settings: {sorted(unknown)}")
+    cfg = SFTConfig(task=task_spec, task_kwargs=dict(task_kwargs), preset=str(preset), seed=seed, **config)
+    if not 0 <= cfg.noise < 1:
+        raise ValueError(f"noise must be in [0, 1), got {cfg.noise}")
+    if not 0 < cfg.target_pass <= 1:
+        raise ValueError(f"target_pass must be in (0, 1], got {cfg.target_pass}")
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in cfg.task)[:40]
+    path = Path(cache_dir) / f"{Path(cfg.preset).name}-{slug}-{cfg.key()}"
+    if (path / INFO_FILE).is_file() and not force:
+        info = json.loads((path / INFO_FILE).read_text())
+        return _result(path, info, reused=True)
+    log = print if verbose else (lambda *_: None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        info = _train(cfg, tmp, log)
+        if path.exists():
+            shutil.rmtree(path)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        os.replace(tmp, path)  # atomic: a directory with INFO_FILE is always complete
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _result(path, info, reused=False)
+
+
+def _result(path: Path, info: dict, *, reused: bool) -> WarmStart:
+    return WarmStart(
+        path=path, pass_rate=info["pass_rate"], greedy_pass_rate=info["greedy_pass_rate"],
+        steps=info["steps"], train_seconds=info["train_seconds"], reused=reused,
+        config=info["config"], history=info.get("history", []),
+    )
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> WarmStart:
+    ap = argparse.ArgumentParser(prog="python -m respo.runtime.sft", description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default=DEFAULT_TASK, help="task spec (default: addition)")
+    ap.add_argument("--task-kwarg", action="append", default=[], metavar="KEY=VALUE",
+                    help="task knob, repeatable (e.g. digits=5); default for addition: digits=5")
+    ap.add_argument("--preset", default="tiny-dense", help="model preset or local model directory")
+    ap.add_argument("--cache-dir", default=".cache/warm_start")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--force", action="store_true", help="retrain even if cached")
+    for name, f in SFTConfig.__dataclass_fields__.items():
+        if name in ("task", "task_kwargs", "preset", "seed", "model_overrides"):
+            continue
+        kind = {"int": int, "float": float, "int | None": int}.get(str(f.type), str)
+        ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    task_kwargs = None
+    if args.task_kwarg:
+        task_kwargs = {}
+        for item in args.task_kwarg:
+            key, sep, value = item.partition("=")
+            if not sep:
+                ap.error(f"--task-kwarg expects KEY=VALUE, got {item!r}")
+            task_kwargs[key] = _parse_value(value)
+    overrides = {
+        name: getattr(args, name) for name in SFTConfig.__dataclass_fields__
+        if hasattr(args, name) and getattr(args, name) is not None
+        and name not in ("task", "preset", "seed")
+    }
+    ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=task_kwargs,
+                    force=args.force, verbose=True, **overrides)
+    print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
+                      "greedy_pass_rate": ws.greedy_pass_rate, "steps": ws.steps,
+                      "train_seconds": ws.train_seconds, "reused": ws.reused}))
+    return ws
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Warm start: SFT learns, stops at the target, caches, reuses, and the stored pass rate reproduces."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from respo.runtime.sft import (
+    INFO_FILE,
+    SFTConfig,
+    _corrupt,
+    encode_pairs,
+    load_policy,
+    main,
+    measure_pass_rate,
+    warm_start,
+)
+from respo.runtime.tasks import get_task
+from respo.runtime.tokenizer import build_char_tokenizer
+
+# A one-layer, 64-wide Qwen3 on 2-digit scratchpad addition ("12+34=" -> "2406;1304;046",
+# 13 characters + EOS): reaches a sampled pass rate of 0.3 in about 150 steps (a few seconds).
+SMALL = dict(
+    task_kwargs={"digits": 2, "scratchpad": True},
+    model_overrides={"num_hidden_layers": 1, "hidden_size": 64, "head_dim": 16, "intermediate_size": 128},
+    lr=3e-3, warmup_steps=5, batch_size=32, max_steps=400, eval_every=20, eval_prompts=32, eval_n=64,
+    target_pass=0.3,
+)
+
+
+def test_encode_pairs_layout():
+    tok = build_char_tokenizer()
+    ids, attn, P, mask = encode_pairs(tok, ["1+2=", "10+20="], ["3", "30"])
+    # prompts: "<bos>1+2=" (5 tokens) left-padded to "<bos>10+20=" (7); responses + EOS, right pad
+    assert P == 7 and ids.shape == (2, 10)
+    assert ids[0].tolist() == [0, 0, 1, 5, 14, 6, 18, 7, 2, 0]  # pad pad <bos> 1 + 2 = 3 <eos> pad
+    assert attn[0].tolist() == [0, 0, 1, 1, 1, 1, 1, 1, 1, 0]
+    assert mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+
+
+def test_corrupt_changes_exactly_one_character():
+    rng = random.Random(0)
+    for _ in range(50):
+        text = "3609;2507;1405;0579"
+        out = _corrupt(text, "0123456789;", rng)
+        assert len(out) == len(text) and sum(a != b for a, b in zip(text, out)) == 1
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("warm")
+    return cache, warm_start("addition", "tiny-dense", cache, seed=0, **SMALL)
+
+
+def test_warm_start_learns_and_stops_at_target(small_run):
+    _, ws = small_run
+    hist = ws.history
+    assert not ws.reused and ws.steps < SMALL["max_steps"]  # stopped early, at the target
+    assert hist[-1]["sampled_pass"] >= SMALL["target_pass"]
+    assert all(h["sampled_pass"] < SMALL["target_pass"] for h in hist[:-1])
+    assert hist[-1]["loss"] < hist[0]["loss"] / 3  # it learned the demonstrations
+    assert 0.1 <= ws.pass_rate <= 0.8  # final held-out sampled rate, 64 prompts
+    assert ws.greedy_pass_rate >= ws.pass_rate - 0.15
+
+
+def test_warm_start_cache_reuse_and_reproducible_pass_rate(small_run):
+    cache, ws = small_run
+    info = json.loads((ws.path / INFO_FILE).read_text())
+    assert info["pass_rate"] == ws.pass_rate and info["config"]["task_kwargs"] == {"digits": 2, "scratchpad": True}
+    again = warm_start("addition", "tiny-dense", cache, seed=0, **SMALL)
+    assert again.reused and again.path == ws.path and again.pass_rate == ws.pass_rate
+    other = SFTConfig(task="addition", seed=1, **SMALL)
+    assert other.key() != SFTConfig(task="addition", seed=0, **SMALL).key()
+    # The stored rate is re-measured exactly from the saved weights (same prompts, same seed).
+    model, tok, info = load_policy(ws.path)
+    task = get_task("addition", **SMALL["task_kwargs"])
+    cfg = info["config"]
+    examples = task.examples("test", cfg["eval_n"], seed=cfg["seed"] + 2)
+    rate = measure_pass_rate(model, tok, task, examples, max_new_tokens=info["max_new_tokens"],
+                             seed=cfg["seed"] + 10**6)
+    assert rate == ws.pass_rate
+    assert not list(cache.glob(".*"))  # no temporary directories left behind
+
+
+def test_cli_trains_then_reuses(tmp_path, capsys):
+    # A 3-step run (its pass rate is ~0 and does not matter here):
+    # the second identical command must come from the cache.
+    argv = ["--cache-dir", str(tmp_path), "--task-kwarg", "digits=2", "--task-kwarg", "scratchpad=true",
+            "--max-steps", "3", "--batch-size", "8", "--eval-prompts", "8", "--eval-n", "8"]
+    first = main(argv + ["--threads", str(torch.get_num_threads())])
+    second = main(argv)
+    assert not first.reused and first.steps == 3
+    assert second.reused and second.path == first.path and second.pass_rate == first.pass_rate
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["reused"] is True
+    assert first.config["task_kwargs"] == {"digits": 2, "scratchpad": True}
+
+
+def test_load_policy_and_bad_settings(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a warm-start directory"):
+        load_policy(tmp_path)
+    with pytest.raises(TypeError, match="unknown warm_start settings"):
+        warm_start("addition", "tiny-dense", tmp_path, learning_rate=1e-3)
+    with pytest.raises(ValueError, match="noise"):
+        warm_start("addition", "tiny-dense", tmp_path, noise=1.5)
