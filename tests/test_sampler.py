@@ -159,3 +159,18 @@ def test_bad_arguments(tok):
         sample(model, tok, [], max_new_tokens=4)
     with pytest.raises(ValueError, match="1 rows are not"):
         sample(model, tok, ["1+1=", 3], max_new_tokens=4)
+
+
+def test_tokenizer_without_pad_token_and_empty_prompt(tok):
+    # A tokenizer without a pad token (common for base LMs) still samples: EOS pads the rows.
+    from transformers import PreTrainedTokenizerFast
+
+    nopad = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, bos_token="<bos>", eos_token="<eos>")
+    assert nopad.pad_token_id is None
+    model = build_policy("tiny-dense", tok, seed=0)
+    ro = sample(model, nopad, ["1+2=", "12+34="], max_new_tokens=5, generator=torch.Generator().manual_seed(0))
+    assert ro.input_ids[0, 0].item() == tok.eos_token_id and ro.attention_mask[0, 0] == 0
+    empty = PreTrainedTokenizerFast(tokenizer_object=build_char_tokenizer().backend_tokenizer, eos_token="<eos>")
+    empty.backend_tokenizer.post_processor = None  # no <bos>: "" encodes to nothing
+    with pytest.raises(ValueError, match="1 prompts encode to zero tokens"):
+        sample(model, empty, ["1=", ""], max_new_tokens=3)

@@ -16,11 +16,14 @@ _EXPORTS = {
     "Example": "tasks",
     "Task": "tasks",
     "get_task": "tasks",
+    "score_batch": "tasks",
+    "OverlongPenalty": "tasks",
     "Rollout": "sampler",
     "sample": "sampler",
     "WarmStart": "sft",
     "warm_start": "sft",
     "load_policy": "sft",
+    "encode_pairs": "sft",
 }
 
 __all__ = sorted(_EXPORTS)

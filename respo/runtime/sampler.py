@@ -120,6 +120,24 @@ def sample_tokens(
     return tokens, logq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists to a common length P (works for tokenizers without a pad token).
+
+    Returns:
+        input_ids (B, P) long and attention_mask (B, P) long.
+    """
+    empty = [i for i, r in enumerate(rows) if not r]
+    if empty:
+        raise ValueError(f"{len(empty)} prompts encode to zero tokens (first: row {empty[0]})")
+    P = max(len(r) for r in rows)
+    ids = torch.full((len(rows), P), pad, dtype=torch.long)  # (B, P)
+    mask = torch.zeros(len(rows), P, dtype=torch.long)  # (B, P)
+    for b, r in enumerate(rows):
+        ids[b, P - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[b, P - len(r) :] = 1
+    return ids, mask
+
+
 def _check_args(prompts, max_new_tokens, temperature, top_p) -> None:
     if isinstance(prompts, str) or not len(prompts):
         raise ValueError("prompts must be a non-empty list of strings")
@@ -174,12 +192,9 @@ def sample(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     if eos is None:
         raise ValueError("tokenizer has no eos_token_id: the sampler needs one to stop rows")
-    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", padding_side="left")
-    prompt_ids = enc["input_ids"].to(device)  # (B, P)
-    prompt_mask = enc["attention_mask"].to(device)  # (B, P)
+    prompt_ids, prompt_mask = left_pad(tokenizer(list(prompts))["input_ids"], pad)  # (B, P)
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
     B, P = prompt_ids.shape
-    if (prompt_mask.sum(-1) == 0).any():
-        raise ValueError(f"{int((prompt_mask.sum(-1) == 0).sum())} prompts encode to zero tokens")
 
     attn = torch.zeros(B, P + max_new_tokens, dtype=prompt_mask.dtype, device=device)  # (B, L_max)
     attn[:, :P] = prompt_mask
