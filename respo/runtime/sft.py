@@ -36,6 +36,7 @@ import random
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ from .tasks import Task, get_task, score_batch
 from .tokenizer import build_char_tokenizer
 
 INFO_FILE = "respo_warm_start.json"
+#: The pass-rate band RL wants from a base policy (neither hopeless nor saturated).
+PASS_BAND = (0.2, 0.5)
 DEFAULT_TASK = "addition"
 #: 5-digit scratchpad addition: 31 response characters + EOS = 32 tokens.
 DEFAULT_TASK_KWARGS: dict[str, Any] = {"digits": 5, "scratchpad": True}
@@ -67,7 +70,7 @@ class SFTConfig:
     warmup_steps: int = 20
     batch_size: int = 64
     max_steps: int = 1500
-    max_seconds: float = 150.0
+    max_seconds: float | None = None  # wall-clock cap; None keeps the result machine-independent
     noise: float = 0.0
     target_pass: float = 0.3
     eval_every: int = 25
@@ -95,6 +98,7 @@ class WarmStart:
     reused: bool
     config: dict
     history: list = field(default_factory=list)
+    stopped_by: str = ""  # "target", "max_steps" or "max_seconds"
 
 
 def encode_pairs(tokenizer, prompts: list[str], responses: list[str], *, add_eos: bool = True):
@@ -182,6 +186,7 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
     history, t0, step, passed, next_eval = [], time.perf_counter(), 0, 0.0, cfg.eval_every
+    stopped_by = "max_steps"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         while step < cfg.max_steps:
@@ -198,7 +203,8 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
             sched.step()
             step += 1
             elapsed = time.perf_counter() - t0
-            if step >= next_eval or elapsed > cfg.max_seconds or step == cfg.max_steps:
+            out_of_time = cfg.max_seconds is not None and elapsed > cfg.max_seconds
+            if step >= next_eval or out_of_time or step == cfg.max_steps:
                 passed = measure_pass_rate(model, tokenizer, task, eval_during, max_new_tokens=max_new,
                                            seed=cfg.seed + step)
                 history.append({"step": step, "loss": round(loss.item(), 5), "sampled_pass": passed,
@@ -208,7 +214,11 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
                 next_eval = step + (cfg.fine_eval_every if fine else cfg.eval_every)
                 log(f"sft step {step} loss {loss.item():.4f} sampled pass {passed:.3f} "
                     f"({time.perf_counter() - t0:.1f}s)")
-                if passed >= cfg.target_pass or time.perf_counter() - t0 > cfg.max_seconds:
+                if passed >= cfg.target_pass:
+                    stopped_by = "target"
+                    break
+                if out_of_time:
+                    stopped_by = "max_seconds"
                     break
     train_seconds = time.perf_counter() - t0
     model.eval()
@@ -223,6 +233,8 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
         "greedy_pass_rate": greedy,
         "pass_rate_measured_on": f"{cfg.eval_n} held-out prompts, one sample each, temperature 1",
         "steps": step,
+        "stopped_by": stopped_by,
+        "in_band": PASS_BAND[0] <= pass_rate <= PASS_BAND[1],
         "train_seconds": round(train_seconds, 2),
         "max_new_tokens": max_new,
         "torch_threads": torch.get_num_threads(),
@@ -288,6 +300,13 @@ def warm_start(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    if not info["in_band"]:
+        warnings.warn(
+            f"warm start {path.name}: sampled pass rate {info['pass_rate']:.3f} is outside "
+            f"{PASS_BAND} (stopped by {info['stopped_by']} after {info['steps']} steps); adjust "
+            "target_pass, max_steps or noise",
+            stacklevel=2,
+        )
     return _result(path, info, reused=False)
 
 
@@ -295,7 +314,7 @@ def _result(path: Path, info: dict, *, reused: bool) -> WarmStart:
     return WarmStart(
         path=path, pass_rate=info["pass_rate"], greedy_pass_rate=info["greedy_pass_rate"],
         steps=info["steps"], train_seconds=info["train_seconds"], reused=reused,
-        config=info["config"], history=info.get("history", []),
+        config=info["config"], history=info.get("history", []), stopped_by=info.get("stopped_by", ""),
     )
 
 
@@ -319,7 +338,7 @@ def main(argv: list[str] | None = None) -> WarmStart:
     for name, f in SFTConfig.__dataclass_fields__.items():
         if name in ("task", "task_kwargs", "preset", "seed", "model_overrides"):
             continue
-        kind = {"int": int, "float": float, "int | None": int}.get(str(f.type), str)
+        kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
         ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
     args = ap.parse_args(argv)
     if args.threads:
