@@ -155,6 +155,14 @@ def test_math_task_jsonl_and_parquet(tmp_path):
         assert task.score(f"The answer is {int(ex.answer) + 1}", ex) == -1.0
         for junk in ["", "\\boxed{", "no idea", "}}}{{{", "\\frac{1}{0}"]:
             assert task.score(junk, ex) == -1.0
+    # scoring works off the main thread too (math-verify's signal timeouts do not)
+    import threading
+
+    out = []
+    worker = threading.Thread(target=lambda: out.append(task.score(f"\\boxed{{{ex.answer}}}", ex)))
+    worker.start()
+    worker.join()
+    assert out == [1.0]
     # plain keys (problem / answer) work too, and a directory with train/test files
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "train.jsonl").write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")

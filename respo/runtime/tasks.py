@@ -40,6 +40,7 @@ import json
 import math
 import random
 import re
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -530,12 +531,16 @@ class MathTask(Task):
     def is_correct(self, completion: str, example: Example) -> bool:
         from math_verify import parse, verify
 
+        # math-verify's timeouts use signal.alarm, which only works in the main thread (the
+        # trainer's async rollout worker is another thread): elsewhere run without timeouts.
+        main = threading.current_thread() is threading.main_thread()
+        parse_timeout, verify_timeout = (5, 5) if main else (None, None)
         gold_text = example.answer if "\\boxed" in example.answer else f"\\boxed{{{example.answer}}}"
-        gold = parse(gold_text)
-        pred = parse(completion)
+        gold = parse(gold_text, parsing_timeout=parse_timeout)
+        pred = parse(completion, parsing_timeout=parse_timeout)
         if not gold or not pred:
             return False
-        return bool(verify(gold, pred))
+        return bool(verify(gold, pred, timeout_seconds=verify_timeout))
 
 
 # ---------------------------------------------------------------------------------- factory
