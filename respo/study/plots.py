@@ -149,7 +149,8 @@ def plot_heatmaps(cells: dict[tuple[str, float, int], float], path: str | Path, 
     Ns = sorted({n for _, _, n in cells})
     vals = [v for v in cells.values() if math.isfinite(v)]
     vmin, vmax = (min(vals), max(vals)) if vals else (0, 1)
-    fig, axes = plt.subplots(1, len(objs), figsize=(2.9 * len(objs) + 0.8, 2.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(objs), figsize=(3.1 * len(objs) + 1.0, 3.0), squeeze=False)
+    fig.subplots_adjust(wspace=0.45, top=0.82)
     im = None
     for ax, o in zip(axes[0], objs):
         grid = np.full((len(lrs), len(Ns)), np.nan)
@@ -170,7 +171,7 @@ def plot_heatmaps(cells: dict[tuple[str, float, int], float], path: str | Path, 
     if im is not None:
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="late mean")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=10, y=0.99)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return Path(path)

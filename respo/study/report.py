@@ -100,6 +100,15 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
               "Cells: mean ± std over seeds (number of seeds); **bold** = best in its column.", ""]
 
     g = group_runs(at_lr, ("objective", "reuse"))
+    if U:
+        u = U[-1]
+        steps = ", ".join(f"N = {n}: {math.ceil(u / n)} (last at update {((u - 1) // n) * n})" for n in Ns)
+        lines += [f"Reading the training score at high N: a run of U = {u} updates takes ⌈U/N⌉ rollout steps ({steps}). "
+                  "Every update's score is the score of its mini-batch, sampled by the policy of the rollout step it "
+                  "belongs to, so the late mean of a run measures the policy as it was at its last rollout step, and "
+                  "at N ≥ U/4 the first quarter contains only the initial policy's samples (early max is then the same "
+                  "for every objective by construction). The held-out pass@1 table measures every final policy after "
+                  "the same number of updates.", ""]
     lines += ["### Late mean (training score, last eighth of the updates)", ""]
     lines += _table(objs, Ns, {k: [late_mean(r.scores) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
     lines += ["", "### Early max (best training score in the first quarter)", ""]
@@ -132,7 +141,7 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
         tbl = _table(objs, Nall, best_cells, col_name=lambda n: f"N = {n}",
                      suffix={k: f" [{v:g}]" for k, v in best_lr.items()})
         lines += tbl + [""]
-        cells = {(o, x, n): v[0] for (o, n, x), v in lm.items()}
+        cells = {(o, x, n): lm[(o, n, x)][0] for o in objs for x in lrs for n in Nall if (o, n, x) in lm}
         p = plots.plot_heatmaps(cells, out_dir / f"stability_{tag}.png", title=f"{model}: late mean over lr x N")
         lines += ["### Stability map (late mean over learning rate x N, mean over the seeds run)", "",
                   f"![stability map]({p.name})", ""]
