@@ -235,6 +235,16 @@ def _done(run_dir: Path) -> bool:
     return (run_dir / "summary.json").is_file()
 
 
+def _alive(lock: Path) -> bool:
+    """True when ``lock`` names a live process (a run still going from an earlier, killed sweep)."""
+    try:
+        pid = int(lock.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) -> None:
     path = sweep_dir / "sweep.json"
     manifest = json.loads(path.read_text()) if path.is_file() else {"invocations": [], "runs": {}}
@@ -303,11 +313,18 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
         run_dir = runs_dir / s.name
         run_dir.mkdir(parents=True, exist_ok=True)
         cmd = train_command(s, run_dir, base_config, threads)
+        lock = run_dir / "sweep.lock"
+        if _alive(lock):
+            print(f"[sweep] skip {s.name}: running in process {lock.read_text().strip()} (another sweep)", flush=True)
+            return
         t0 = time.perf_counter()
         with open(run_dir / "train.log", "a") as log:
             log.write("$ " + shlex.join(cmd) + "\n")
             log.flush()
-            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            lock.write_text(str(proc.pid))
+            rc = proc.wait()
+        lock.unlink(missing_ok=True)
         dt = time.perf_counter() - t0
         if rc != 0 or not _done(run_dir):
             tail = (run_dir / "train.log").read_text().strip().splitlines()[-1:] or [""]
