@@ -7,7 +7,7 @@ scores (``log_softmax(score).gather(token)``), as a trainer would have to. Runs 
 (generate, sampler, generate, ...) so machine noise hits both alike; the figure of merit is
 the ratio of median tokens/s. Prints one JSON line per (preset, method) and one ratio line.
 
-    .venv/bin/python benchmarks/bench_sampler.py [--presets tiny-dense tiny-moe] [--batch 64]
+    .venv/bin/python benchmarks/bench_sampler.py [--presets tiny-dense tiny-moe] [--batch 16 64 256]
         [--new-tokens 32] [--repeats 5] [--threads 2]
 """
 
@@ -57,7 +57,7 @@ def run_sampler(model, tok, prompts, new_tokens, seed):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["tiny-dense", "tiny-moe"])
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
@@ -65,8 +65,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     tok = build_char_tokenizer()
     task = get_task("addition", digits=5)
-    prompts = [ex.prompt for ex in task.examples("test", args.batch, seed=0)]
-    for preset in args.presets:
+    for preset, batch in [(p, b) for p in args.presets for b in args.batch]:
+        prompts = [ex.prompt for ex in task.examples("test", batch, seed=0)]
         model = build_policy(preset, tok, seed=0)
         # generate() must not stop at EOS either: min_new_tokens suppresses it, and the sampler
         # runs with stop_at_eos=False, so both decode exactly batch x new_tokens tokens.
@@ -84,12 +84,13 @@ def main(argv=None):
         tps = {k: counts[k] / statistics.median(v) for k, v in times.items()}
         for name in methods:
             print(json.dumps({
-                "preset": preset, "method": name, "batch": args.batch, "new_tokens": args.new_tokens,
+                "preset": preset, "method": name, "batch": batch, "new_tokens": args.new_tokens,
                 "threads": args.threads, "repeats": args.repeats,
                 "median_s": round(statistics.median(times[name]), 4),
                 "tokens": counts[name], "tokens_per_s": round(tps[name], 1),
             }))
-        print(json.dumps({"preset": preset, "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}))
+        print(json.dumps({"preset": preset, "batch": batch,
+                          "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}))
 
 
 if __name__ == "__main__":
