@@ -131,3 +131,21 @@ def test_identity_on_a_trained_policy(small_run):
     ro = sample(model, tok, prompts, max_new_tokens=info["max_new_tokens"], generator=torch.Generator().manual_seed(0))
     logp, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
     torch.testing.assert_close(logp * ro.response_mask, ro.behaviour_logp, atol=1e-5, rtol=2e-6)
+
+
+def test_register_adds_an_sft_subcommand(tmp_path):
+    # respo.cli calls register(subparsers) for modules in its EXTENSIONS list.
+    import argparse
+
+    from respo.runtime.sft import register
+
+    parser = argparse.ArgumentParser(prog="respo")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sft", "--cache-dir", str(tmp_path), "--preset", "tiny-moe",
+                              "--task-kwarg", "digits=2", "--max-steps", "2", "--batch-size", "4",
+                              "--eval-prompts", "4", "--eval-n", "4"])
+    assert args.command == "sft" and args.preset == "tiny-moe" and args.max_steps == 2
+    with pytest.warns(UserWarning, match="outside"):
+        assert args.func(args) == 0
+    (path,) = [p for p in tmp_path.iterdir() if p.name.startswith("tiny-moe-addition-")]
+    assert json.loads((path / INFO_FILE).read_text())["steps"] == 2

@@ -19,10 +19,19 @@ Cache layout (one directory per settings hash, reused by later calls)::
         tokenizer.json, tokenizer_config.json, ...                (save_pretrained)
         respo_warm_start.json  (settings, pass rates, timings, eval history)
 
-Command line::
+Command line (``respo sft`` takes the same flags once ``respo.cli`` lists this module)::
 
-    python -m respo.runtime.sft --task addition --task-kwarg digits=5 --preset tiny-dense \
-        --cache-dir .cache/warm_start
+    python -m respo.runtime.sft --preset tiny-dense --cache-dir .cache/warm_start --threads 1
+
+Measured with the defaults (5-digit scratchpad addition, 32-token responses, batch 64, AdamW
+1e-3, target 0.3; one torch thread on a shared 2-core machine, one seed):
+
+    preset      steps  train s  sampled pass (512 held-out)  greedy pass
+    tiny-dense    245       87                        0.414        0.893
+    tiny-moe      295       87                        0.293        0.580
+
+The sampled pass rate climbs steeply once the scratchpad is learnt (dense: 0.09, 0.21, 0.29,
+0.41 at steps 230-245), hence the finer evaluations near the target.
 """
 
 from __future__ import annotations
@@ -325,22 +334,28 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def main(argv: list[str] | None = None) -> WarmStart:
-    ap = argparse.ArgumentParser(prog="python -m respo.runtime.sft", description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The warm-start flags: task, preset, cache, and one ``--field-name`` per ``SFTConfig`` field."""
     ap.add_argument("--task", default=DEFAULT_TASK, help="task spec (default: addition)")
     ap.add_argument("--task-kwarg", action="append", default=[], metavar="KEY=VALUE",
-                    help="task knob, repeatable (e.g. digits=5); default for addition: digits=5")
-    ap.add_argument("--preset", default="tiny-dense", help="model preset or local model directory")
+                    help="task knob, repeatable (e.g. digits=5); default for addition: digits=5 scratchpad=true")
+    ap.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
     ap.add_argument("--cache-dir", default=".cache/warm_start")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: torch's; 1 is faster on a shared machine)")
     ap.add_argument("--force", action="store_true", help="retrain even if cached")
+    defaults = SFTConfig()
     for name, f in SFTConfig.__dataclass_fields__.items():
         if name in ("task", "task_kwargs", "preset", "seed", "model_overrides"):
             continue
         kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
-        ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
-    args = ap.parse_args(argv)
+        ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
+                        help=f"SFTConfig.{name} (default: {getattr(defaults, name)})")
+
+
+def run_from_args(args: argparse.Namespace) -> WarmStart:
+    """Run ``warm_start`` from parsed ``add_arguments`` flags and print a JSON summary line."""
     if args.threads:
         torch.set_num_threads(args.threads)
     task_kwargs = None
@@ -349,19 +364,33 @@ def main(argv: list[str] | None = None) -> WarmStart:
         for item in args.task_kwarg:
             key, sep, value = item.partition("=")
             if not sep:
-                ap.error(f"--task-kwarg expects KEY=VALUE, got {item!r}")
+                raise SystemExit(f"--task-kwarg expects KEY=VALUE, got {item!r}")
             task_kwargs[key] = _parse_value(value)
     overrides = {
         name: getattr(args, name) for name in SFTConfig.__dataclass_fields__
-        if hasattr(args, name) and getattr(args, name) is not None
-        and name not in ("task", "preset", "seed")
+        if name not in ("task", "preset", "seed") and getattr(args, name, None) is not None
     }
     ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=task_kwargs,
                     force=args.force, verbose=True, **overrides)
     print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
                       "greedy_pass_rate": ws.greedy_pass_rate, "steps": ws.steps,
-                      "train_seconds": ws.train_seconds, "reused": ws.reused}))
+                      "stopped_by": ws.stopped_by, "train_seconds": ws.train_seconds,
+                      "reused": ws.reused}))
     return ws
+
+
+def register(subparsers) -> None:
+    """Add ``respo sft`` to the ``respo`` CLI (list this module in ``respo.cli.EXTENSIONS``)."""
+    p = subparsers.add_parser("sft", help="warm-start a preset on task demonstrations (cached)",
+                              description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=lambda args: (run_from_args(args), 0)[1])
+
+
+def main(argv: list[str] | None = None) -> WarmStart:
+    ap = argparse.ArgumentParser(prog="python -m respo.runtime.sft", description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    return run_from_args(ap.parse_args(argv))
 
 
 if __name__ == "__main__":
