@@ -116,7 +116,11 @@ def sample_tokens(
     if temperature != 1.0:
         logits = logits / temperature
     logq = nucleus_log_probs(logits, top_p)  # (B, V)
-    tokens = torch.multinomial(logq.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+    q = logq.exp()  # (B, V)
+    if generator is not None and generator.device != q.device:  # e.g. a CPU generator, CUDA model
+        tokens = torch.multinomial(q.to(generator.device), 1, generator=generator).to(q.device).squeeze(-1)
+    else:
+        tokens = torch.multinomial(q, 1, generator=generator).squeeze(-1)  # (B,)
     return tokens, logq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
