@@ -6,7 +6,8 @@ fields of `respo.train.config.TrainConfig` (one ``--field-name VALUE`` per field
 extra dependency is needed. Values given on the command line override the ``--config`` TOML file.
 
 Other modules can add subcommands: a module listed in ``EXTENSIONS`` that exists and defines
-``register(subparsers)`` is called with the argparse subparsers (the study's ``sweep``/``report``).
+``register(subparsers)`` is called with the argparse subparsers (the study's ``sweep``/``report``,
+the runtime's ``sft``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 __all__ = ["main", "build_parser"]
 
-EXTENSIONS = ("respo.study.cli",)
+EXTENSIONS = ("respo.study.cli", "respo.runtime.sft")
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
