@@ -30,7 +30,7 @@ from respo.study.aggregate import (STARVATION_KEYS, Run, best_per_column, early_
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER"]
 
 MAIN_ORDER = ("grpo", "gspo", "vespo", "respo")
-ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-")
+ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-", "reinforce")
 
 
 def _order(labels: Iterable[str], preferred: Iterable[str]) -> list[str]:
@@ -232,7 +232,8 @@ def _ablation_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
     lines += ["## Branch ablation (the core's `reshaped` objective, one kernel per advantage sign)", "",
               "respo+/vespo- = ReSPO's positive branch respo(2,0.5,2) with VESPO's negative branch vespo(3,2); "
               "vespo+/respo- = VESPO's positive branch vespo(2,3) with ReSPO's negative branch respo(1,0.5,2). "
-              "Shown next to the plain objectives at the same model, G and lr.", ""]
+              "Shown next to the plain objectives at the same model, G and lr, and next to plain REINFORCE (φ ≡ 1 on both "
+              "branches: no staleness correction at all) where it was run.", ""]
     for (model, G, lr) in sorted({(r.coords["model"], r.coords["group_size"], r.coords["lr"]) for r in abl}):
         sel = [r for r in runs if r.finished and r.coords["model"] == model and r.coords["group_size"] == G
                and r.coords["lr"] == lr and not r.coords["routing_replay"] and r.coords["objective"] in ABLATION_ORDER]
@@ -242,6 +243,8 @@ def _ablation_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
         objs = _order({o for o, _ in g}, ABLATION_ORDER)
         lines += [f"### {model}, G = {G}, lr {lr:g}: late mean", ""]
         lines += _table(objs, Ns, {k: [late_mean(r.scores) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
+        lines += ["", "Held-out sampled pass@1 after training:", ""]
+        lines += _table(objs, Ns, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
         lines += ["", "Mean coefficient of negatives (φ− mean) and k3 KL per token over stale updates:", "",
                   "| objective | N | φ− mean | φ+ mean | kl_k3 | frac_pos_low_w | log W p10 |", "|---|---|---|---|---|---|---|"]
         for o in objs:
