@@ -12,3 +12,9 @@ os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_TMP, "triton"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP, "inductor"))
+
+# One intra-op thread: the tiny models here gain nothing from two, and on a loaded 2-core machine two
+# threads per process made the runtime tests ~15x slower. Subprocesses set their own thread count.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
