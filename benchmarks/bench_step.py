@@ -10,7 +10,8 @@ Prints JSON lines: per side and preset, seconds per update (median of the measur
 warm-up), response tokens per second, and for respo the share of step time spent inside the
 model's forward (every call of the top module: sampling decode steps, the old-logp forward, the
 training forward) plus backward; the rest (sampling logic, log-softmax, loss, optimizer,
-bookkeeping) is overhead. Finally the throughput ratio respo / TRL.
+bookkeeping) is overhead. The same share is measured for TRL's step (its generate() decode calls,
+forwards and backward). Finally the throughput ratio respo / TRL.
 
     .venv/bin/python benchmarks/bench_step.py [--presets tiny-dense tiny-moe] [--steps 3] [--threads 1]
 
@@ -128,15 +129,19 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
         lengths = [len(c) for c in completion_ids] if completion_ids is not None else [None] * len(completions)
         return [task.score(c, pool[i], length=n) for c, i, n in zip(completions, idx, lengths)]
 
+    model_clock = ModelClock(model)
+
     class Clock(TrainerCallback):
         def __init__(self):
-            self.times, self.tokens = [], []
+            self.times, self.tokens, self.shares = [], [], []
 
         def on_step_begin(self, args, state, control, **kw):
+            model_clock.reset()
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
             self.times.append(time.perf_counter() - self.t0)
+            self.shares.append((model_clock.fwd + model_clock.bwd) / self.times[-1])
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs:
@@ -151,11 +156,15 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
                       disable_tqdm=True)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                           callbacks=[clock])
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        model_clock.close()
     times, tokens = clock.times[1:], clock.tokens[1:]
     i = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]  # the median step
     return {"side": "trl", "preset": preset, "B": B, "G": G, "T": T, "s_per_update": times[i],
-            "response_tokens_per_update": tokens[i], "tokens_per_s": tokens[i] / times[i]}
+            "response_tokens_per_update": tokens[i], "tokens_per_s": tokens[i] / times[i],
+            "model_compute_share": clock.shares[1:][i]}
 
 
 def main() -> None:
