@@ -38,6 +38,11 @@ def _overrides(args: argparse.Namespace) -> dict:
     return {k[5:]: v for k, v in vars(args).items() if k.startswith("cfg__") and v is not None}
 
 
+def _scalars(ev):
+    """An eval dict without its per-prompt lists (kept in summary.json, too long for the terminal)."""
+    return None if ev is None else {k: v for k, v in ev.items() if not isinstance(v, list)}
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from respo.train.config import load_config
     from respo.train.trainer import train
@@ -45,8 +50,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, _overrides(args))
     run_dir = train(cfg, resume=args.resume)
     summary = json.loads((run_dir / "summary.json").read_text())
-    print(json.dumps({"run_dir": str(run_dir), "eval_before": summary.get("eval_before"),
-                      "eval_after": summary.get("eval_after"), "wall_s": summary.get("wall_s")}, indent=1))
+    print(json.dumps({"run_dir": str(run_dir), "eval_before": _scalars(summary.get("eval_before")),
+                      "eval_after": _scalars(summary.get("eval_after")), "wall_s": summary.get("wall_s")}, indent=1))
     return 0
 
 
@@ -76,7 +81,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=max_new or 24,
                           temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed),
                           greedy=not args.no_greedy)
-    print(json.dumps({"model": str(src), "task": cfg.task, **out}, indent=1))
+    print(json.dumps({"model": str(src), "task": cfg.task, **_scalars(out)}, indent=1))
     return 0
 
 
