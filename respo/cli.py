@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError) as err:
         print(f"respo {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # train() has written a checkpoint at the last update boundary
+        print(f"respo {args.command}: interrupted ({err})", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -81,3 +81,30 @@ def test_resume_refuses_a_corrupt_checkpoint(tmp_path, capsys):
     assert main(["train", *args, "--out-dir", str(out), "--resume"]) == 2
     err = capsys.readouterr().err
     assert "is corrupt" in err and "trainer.pt fails its SHA-256 check" in err
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_at_an_update_boundary_then_resumes(tmp_path):
+    # No periodic checkpoints: the only checkpoint is the one written on SIGTERM. The run stops with
+    # a non-zero exit, the checkpoint verifies, and --resume finishes with the same weights as above.
+    out, ref = tmp_path / "run", tmp_path / "ref"
+    args = list(ARGS)
+    args[args.index("--checkpoint-every") + 1] = "0"
+    cmd = [sys.executable, "-m", "respo", "train", *args, "--out-dir", str(out)]
+    ref_proc = subprocess.Popen([*cmd[:-1], str(ref)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 300
+    while not (out / "metrics.jsonl").exists() or sum(1 for _ in open(out / "metrics.jsonl")) < 4:
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and "continue with --resume" in stdout
+    from respo.train.checkpoint import latest_checkpoint, verify_checkpoint
+
+    ck = latest_checkpoint(out / "ckpt")
+    assert ck is not None and 0 < verify_checkpoint(ck)["update"] < 12
+    assert subprocess.run([*cmd, "--resume"], env=_env(), capture_output=True).returncode == 0
+    assert ref_proc.wait(timeout=600) == 0
+    a, b = _weights(ref), _weights(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -13,6 +13,9 @@ into place, so a kill at any moment leaves either the previous checkpoints or th
 manifest; a missing file, wrong size or checksum raises `CheckpointError` rather than loading
 anything.
 
+When: every ``checkpoint_every`` updates, at the end of a run, and on SIGINT/SIGTERM (the trainer
+finishes the current update first, so the checkpoint is always at an update boundary).
+
 Buffer rule: in sync mode the unconsumed mini-batches of the current rollout step are saved, so
 resume is bitwise. In async mode the rollout worker's queue is *not* saved: on resume the worker
 restarts from the learner's current weights (documented in `respo.train.async_`).
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state",
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "verify_checkpoint", "rng_state",
            "set_rng_state", "FORMAT"]
 
 FORMAT = 1

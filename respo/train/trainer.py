@@ -385,9 +385,16 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
     if cfg.mode == "async":
         worker = _start_worker(policy, task, pool, stream, cfg, version)
 
+    stop = _StopOnSignal()
     bar = _progress(cfg, update)
     try:
         while update < cfg.updates:
+            if stop.signum is not None:  # SIGINT/SIGTERM: finish at an update boundary, checkpoint, exit
+                checkpoint()
+                log.close()
+                print(f"[respo] signal {stop.signum}: checkpoint at update {update} written to {ckpt_root}; "
+                      f"continue with --resume", flush=True)
+                raise KeyboardInterrupt(f"stopped by signal {stop.signum} at update {update}")
             rec: dict[str, Any] = {}
             if cfg.mode == "sync":
                 if not buffer.remaining:  # a new rollout step with the current policy (version v)
@@ -424,6 +431,7 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
             if cfg.checkpoint_every and update % cfg.checkpoint_every == 0 and update < cfg.updates:
                 checkpoint()
     finally:
+        stop.restore()
         bar.close()
         if worker is not None:
             worker.stop()
@@ -436,6 +444,32 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
     policy.tokenizer.save_pretrained(run_dir / "final")
     _write_summary(run_dir, cfg, evals, update, dropped_total, time.perf_counter() - t_start)
     return run_dir
+
+
+class _StopOnSignal:
+    """Turn SIGINT/SIGTERM into a flag the loop checks between updates (main thread only), so an
+    interrupted run writes a consistent checkpoint instead of dying mid-update."""
+
+    def __init__(self):
+        import signal
+        import threading
+
+        self.signum = None
+        self._old = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.signum is not None:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self):
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def _write_summary(run_dir: Path, cfg: TrainConfig, evals: dict, update: int, dropped: int, wall: float) -> None:
