@@ -136,3 +136,21 @@ def test_moe_routing_recorded_replayed_and_shift_logged(replay):
     m = update_step(model, opt, sched, batch, cfg)
     assert float(m["log_w/min"]) == 0.0 == float(m["log_w/max"])
     assert 0.0 <= float(m["router_shift"]) < 0.05
+
+
+@pytest.mark.parametrize("objective", ["respo", "grpo"])
+def test_off_policy_training_learns(tmp_path, objective):
+    # The whole loop (sync, N = 2, so every second update is off-policy) must move the policy where the
+    # reward points. Reward = -1 + overlong penalty falling linearly from length 1 to 12, so a shorter
+    # response is strictly better; a random init answers with ~10 tokens (EOS is 1 of 26 tokens). Measured
+    # (seed 0): ReSPO 9.7, 10.1 -> 1.0 tokens in 24 updates at lr 3e-3.
+    import json
+
+    from respo.train.trainer import train
+
+    cfg = _cfg(prompts=4, lr=3e-3, reuse=2, updates=24, threads=1, objective=objective, out_dir=str(tmp_path / "r"))
+    run = train(cfg)
+    recs = [json.loads(line) for line in open(run / "metrics.jsonl")]
+    length = [r["response_length"] for r in recs]
+    assert sum(length[:2]) / 2 > 6 and sum(length[-4:]) / 4 < 3, length
+    assert [r["staleness_max"] for r in recs[:4]] == [0, 1, 0, 1]
