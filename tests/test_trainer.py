@@ -136,6 +136,13 @@ def test_moe_routing_recorded_replayed_and_shift_logged(replay):
     m = update_step(model, opt, sched, batch, cfg)
     assert float(m["log_w/min"]) == 0.0 == float(m["log_w/max"])
     assert 0.0 <= float(m["router_shift"]) < 0.05
+    # per-layer shift and the rollout's expert load are logged too; with replay the training forward uses
+    # exactly the recorded experts, so no layer shifts
+    for layer in range(n_layers):
+        assert 0.0 <= float(m[f"router_shift/layer_{layer}"]) <= float(m["router_shift/any_layer"])
+        if replay:
+            assert float(m[f"router_shift/layer_{layer}"]) == 0.0
+    assert float(m["load_max"]) >= 1.0 and float(m["load_entropy"]) > 0.0
 
 
 @pytest.mark.parametrize("objective", ["respo", "grpo"])

@@ -240,7 +240,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     logp_all = torch.zeros(S, T)  # (S, T) detached, for diagnostics
     ent_sum = torch.zeros(())
     loss_total = torch.zeros(())
-    shift_sum, shift_tokens = torch.zeros(()), torch.zeros(())
+    nows = []  # MoE: the current router's experts per micro-batch
     for i, j in _chunks(S, cfg.micro_batch):
         mb = batch.rows(i, j).trimmed()
         with _routing_ctx(model, mb, cfg, record=True) as ctx:
@@ -249,13 +249,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         if on_policy:
             mb.old_logp = logp.detach() * mb.mask  # (m, t) == recompute_logp's rows, bitwise
             batch.old_logp[i:j, :logp.shape[1]] = mb.old_logp
-        now = _current_routing(ctx, mb.input_ids.shape[1]) if mb.routing is not None else None
-        if now is not None:  # MoE: did the router move since the rollout? (response tokens only)
-            from respo.runtime.moe import router_shift
-
-            shift = router_shift(mb.routing, now, mb.mask)
-            shift_sum += shift.overall * shift.tokens
-            shift_tokens += shift.tokens
+        if mb.routing is not None:
+            nows.append(_current_routing(ctx, mb.input_ids.shape[1]))
         loss, _ = policy_loss(cfg.objective, logp, mb.old_logp, mb.adv, mb.mask,
                               loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens,
                               global_seqs=global_seqs, diagnostics=False, **cfg.objective_kwargs)
@@ -273,8 +268,12 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
                               loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
     out = {"loss": loss_total, "grad_norm": grad_norm, "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1)}
     out.update(diag)
-    if batch.routing is not None:
-        out["router_shift"] = shift_sum / shift_tokens.clamp_min(1)
+    if nows:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
+        from respo.runtime.moe import cat_routings, find_moe_layers, moe_metrics
+
+        now = cat_routings(nows, length=batch.routing.shape[1])  # (S, L, n_layers, k)
+        E = find_moe_layers(model)[0].num_experts
+        out.update(moe_metrics(batch.routing, now, E, batch.mask, prefix=""))
     return out
 
 
