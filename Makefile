@@ -28,6 +28,8 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/bench_losses.py
+	$(PY) benchmarks/bench_sampler.py
+	$(PY) benchmarks/bench_step.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
