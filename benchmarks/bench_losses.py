@@ -57,27 +57,35 @@ def saved_bytes(step: Callable[[torch.Tensor], torch.Tensor], logp: torch.Tensor
     return sum(seen.values())
 
 
-def time_step(step: Callable[[torch.Tensor], torch.Tensor], logp: torch.Tensor, repeats: int, warmup: int) -> Tuple[float, Optional[int]]:
+def one_step(step: Callable[[torch.Tensor], torch.Tensor], logp: torch.Tensor) -> Tuple[float, Optional[int]]:
+    """Seconds for one forward + backward, and the CUDA peak above the baseline (None on the CPU)."""
     cuda = logp.is_cuda
-    times: List[float] = []
-    peak = None
-    for i in range(warmup + repeats):
-        x = logp.detach().clone().requires_grad_(True)
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        t0 = time.perf_counter()
-        loss = step(x)
-        loss.backward()
-        if cuda:
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(dt)
-            if cuda:
-                peak = max(peak or 0, torch.cuda.max_memory_allocated() - base)
-    return statistics.median(times), peak
+    x = logp.detach().clone().requires_grad_(True)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    step(x).backward()
+    if cuda:
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    return dt, (torch.cuda.max_memory_allocated() - base) if cuda else None
+
+
+def time_round_robin(steps: Dict[str, Callable], logp: torch.Tensor, repeats: int, warmup: int):
+    """Median seconds and CUDA peak per step, measured interleaved (one of each per round) so that a
+    change of machine load during the run affects every implementation alike."""
+    times: Dict[str, List[float]] = {k: [] for k in steps}
+    peaks: Dict[str, Optional[int]] = {k: None for k in steps}
+    for r in range(warmup + repeats):
+        for key, step in steps.items():
+            dt, peak = one_step(step, logp)
+            if r >= warmup:
+                times[key].append(dt)
+                if peak is not None:
+                    peaks[key] = max(peaks[key] or 0, peak)
+    return {k: statistics.median(v) for k, v in times.items()}, peaks
 
 
 def respo_step(name: str, old, adv, mask, diagnostics: bool):
@@ -136,28 +144,21 @@ def main(argv=None) -> int:
         B, T = (int(v) for v in shape.lower().split("x"))
         logp, old, adv, mask = make_inputs(B, T, args.device, dtype)
         common = dict(B=B, T=T, device=args.device, dtype=args.dtype, threads=torch.get_num_threads(), diagnostics=diagnostics)
-        floor_t, floor_peak = time_step(respo_step("reinforce", old, adv, mask, diagnostics), logp, args.repeats, args.warmup)
-        floor_saved = saved_bytes(respo_step("reinforce", old, adv, mask, diagnostics), logp)
-        verl_t: Dict[str, float] = {}
+        steps: Dict[str, Callable] = {f"respo:{n}": respo_step(n, old, adv, mask, diagnostics) for n in sorted(OBJECTIVES)}
         if have_verl:
-            for ours, theirs in VERL_EQUIVALENT.items():
-                step = verl_step(theirs, old, adv, mask)
-                t, peak = time_step(step, logp, args.repeats, args.warmup)
-                verl_t[ours] = t
-                print(json.dumps({**common, "impl": "verl", "objective": theirs, "ms": round(t * 1e3, 3),
-                                  "ratio_to_floor": round(t / floor_t, 3), "saved_bytes": saved_bytes(step, logp),
-                                  "cuda_peak_bytes": peak}), flush=True)  # fmt: skip
-        for name in sorted(OBJECTIVES):
-            step = respo_step(name, old, adv, mask, diagnostics)
-            t, peak = (floor_t, floor_peak) if name == "reinforce" else time_step(step, logp, args.repeats, args.warmup)
-            line = {**common, "impl": "respo", "objective": name, "ms": round(t * 1e3, 3),
-                    "ratio_to_floor": round(t / floor_t, 3),
-                    "saved_bytes": floor_saved if name == "reinforce" else saved_bytes(step, logp),
-                    "cuda_peak_bytes": peak}  # fmt: skip
-            if name in verl_t:
-                line["ratio_to_verl"] = round(t / verl_t[name], 3)
-            if "grpo" in verl_t:
-                line["ratio_to_verl_vanilla"] = round(t / verl_t["grpo"], 3)
+            steps.update({f"verl:{theirs}": verl_step(theirs, old, adv, mask) for theirs in VERL_EQUIVALENT.values()})
+        med, peaks = time_round_robin(steps, logp, args.repeats, args.warmup)
+        floor = med["respo:reinforce"]
+        for key, t in med.items():
+            impl, name = key.split(":")
+            line = {**common, "impl": impl, "objective": name, "ms": round(t * 1e3, 3),
+                    "ratio_to_floor": round(t / floor, 3), "saved_bytes": saved_bytes(steps[key], logp),
+                    "cuda_peak_bytes": peaks[key]}  # fmt: skip
+            ours_to_verl = VERL_EQUIVALENT.get(name) if impl == "respo" else None
+            if ours_to_verl and f"verl:{ours_to_verl}" in med:
+                line["ratio_to_verl"] = round(t / med[f"verl:{ours_to_verl}"], 3)
+            if "verl:vanilla" in med:
+                line["ratio_to_verl_vanilla"] = round(t / med["verl:vanilla"], 3)
             print(json.dumps(line), flush=True)
     return 0
 
