@@ -51,7 +51,7 @@ def _as_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return mask.to(dtype)
     if mask.is_complex():
         raise TypeError(f"mask must be bool, integer or float with values in {{0, 1}}, got dtype {mask.dtype}")
-    bad = ~((mask == 0) | (mask == 1))
+    bad = (mask != 0) & (mask != 1)
     if bool(bad.any()):
         rows = int(bad.any(dim=-1).sum())
         raise ValueError(f"mask must contain only 0 and 1; {rows} row(s) hold other values")
@@ -100,11 +100,12 @@ def validate(
     rlr = None if rollout_log_ratio is None else rollout_log_ratio.detach().to(dtype)
     n_tok = m.sum(dim=-1)  # (B,)
 
-    # Fast path, one pass: NaN/inf anywhere in any input makes this sum non-finite.
-    probe = logp.detach() + old_logp + adv
+    # Fast path, reductions only: NaN/inf anywhere in an input makes its sum non-finite (a finite sum
+    # that overflows only sends us to the exact slow path below, never past a bad value).
+    probe = logp.detach().sum() + old_logp.sum() + adv.sum()
     if rlr is not None:
-        probe = probe + rlr
-    if bool(torch.isfinite(probe).all()) and bool((n_tok > 0).all()):
+        probe = probe + rlr.sum()
+    if bool(torch.isfinite(probe) & (n_tok > 0).all()):
         seq_adv = adv[:, 0] if seq_level_adv else (adv * m).sum(dim=-1) / n_tok
         nil = torch.zeros((), dtype=dtype, device=logp.device)
         return Batch(logp, old_logp, adv, seq_adv, m, rlr, nil, nil.clone())

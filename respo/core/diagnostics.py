@@ -139,7 +139,7 @@ def weight_diagnostics(
     total_tok = n_tok.sum()
     out["approx_kl"] = -torch.where(rows, log_w, zero).sum() / total_tok.clamp(min=1)
     if token_log_ratio is not None:
-        d = token_log_ratio.detach().to(dtype).clamp(-20, 20)
-        k3 = torch.where(m > 0, torch.expm1(d) - d, torch.zeros_like(d))
-        out["kl_k3"] = k3.sum() / total_tok.clamp(min=1)
+        d = token_log_ratio.detach().to(dtype).clamp(-20, 20)  # clamp also maps NaN-free masked values to finite
+        k3 = torch.expm1(d).sub_(d)  # (B, T), r − 1 − log r ≥ 0
+        out["kl_k3"] = torch.where(m > 0, k3, torch.zeros((), dtype=dtype, device=k3.device)).sum() / total_tok.clamp(min=1)
     return out

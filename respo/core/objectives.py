@@ -85,6 +85,15 @@ def _seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
 
 
+def _log_w(b: Batch) -> torch.Tensor:
+    """log W of a validated batch, (B,): ``sequence_log_ratio`` without its NaN guards (values off the
+    mask are already finite or zeroed by ``validate``)."""
+    log_r = b.logp.detach() - b.old_logp  # (B, T)
+    if b.rollout_log_ratio is not None:
+        log_r = log_r + b.rollout_log_ratio
+    return (log_r * b.mask).sum(dim=-1).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)
+
+
 def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Fraction of valid tokens where cond holds (verl's masked_mean of a 0/1 tensor)."""
     return (cond.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
@@ -106,10 +115,9 @@ def _metrics(
         "n_tokens": b.mask.sum(),
     }
     if diagnostics:
-        if log_w is None:
-            log_w = sequence_log_ratio(b.logp.detach(), b.old_logp, b.mask, rollout_log_ratio=b.rollout_log_ratio)
+        log_w = _log_w(b) if log_w is None else log_w
         out.update(
-            weight_diagnostics(log_w, coef_seq, b.seq_adv, b.mask, token_log_ratio=(b.logp.detach() - b.old_logp))
+            weight_diagnostics(log_w, coef_seq, b.seq_adv, b.mask, token_log_ratio=b.logp.detach() - b.old_logp)
         )
     if extra:
         out.update({k: v.detach() for k, v in extra.items()})
@@ -204,7 +212,7 @@ def reshaped_loss(
     pk, nk = kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel)
     b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
     with torch.no_grad():
-        log_w = sequence_log_ratio(b.logp.detach(), b.old_logp, b.mask, rollout_log_ratio=b.rollout_log_ratio)  # (B,)
+        log_w = _log_w(b)  # (B,)
         phi = two_branch(log_w, b.seq_adv, pk, nk)  # (B,)
     values = -(phi.unsqueeze(-1) * b.adv) * b.logp  # (B, T)
     loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
