@@ -81,7 +81,21 @@ def _fmt(x: float, digits: int = 3) -> str:
     return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
-def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float | None, lines: list[str]) -> None:
+def _baselines(sweep_dirs: list[Path], model: str) -> list[dict]:
+    """``baseline_eval/*.json`` files (written by `respo sweep`) whose policy is ``model``."""
+    out = []
+    for d in sweep_dirs:
+        for f in sorted((d / "baseline_eval").glob("*.json")):
+            b = json.loads(f.read_text())
+            pol = b.get("policy") or {}
+            label = (pol.get("config") or {}).get("preset") or Path(str(b.get("model"))).name
+            if label == model and "pass@1" in (b.get("eval") or {}):
+                out.append(b)
+    return out[:1]
+
+
+def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float | None, lines: list[str],
+                  sweep_dirs: list[Path] = ()) -> None:
     from respo.study import plots
 
     G = _mode([r.coords["group_size"] for r in runs if r.coords["model"] == model])
@@ -118,8 +132,13 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
     ev_k = sorted({((r.summary or {}).get("eval_after") or {}).get("k") for r in at_lr} - {None})
     lines += [f"Held-out prompts: {ev_n}, samples per prompt k = {ev_k}; pass@1 = mean correctness of the k samples.", ""]
     lines += _table(objs, Ns, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
+    for b in _baselines(sweep_dirs, model):
+        ev = b["eval"]
+        lines += [f"| before RL (the starting policy, same protocol) | " + " | ".join(
+            f"{ev['pass@1']:.3f} ± {ev.get('pass@1_se', math.nan):.3f} (se)" for _ in Ns) + " |"]
     ws = sorted({str(r.config.get("policy", {}).get("pass_rate")) for r in at_lr})
-    lines += ["", f"Warm-start policy's sampled pass rate (from its cache info): {', '.join(ws)}.", ""]
+    lines += ["", f"Starting policy's sampled pass rate as recorded by its SFT (512 prompts, one sample each): "
+              f"{', '.join(ws)}.", ""]
 
     # best lr per (objective, N)
     lrs = sorted({r.coords["lr"] for r in base})
@@ -327,7 +346,7 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at 3).",
               "", f"![kernels]({p.name})", ""]
     for model in sorted({r.coords["model"] for r in fin}):
-        _main_section(runs, model, out_dir, shared_lr, lines)
+        _main_section(runs, model, out_dir, shared_lr, lines, dirs)
     _groups_section(runs, lines)
     _ablation_section(runs, out_dir, lines)
     _replay_section(runs, lines)

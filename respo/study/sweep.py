@@ -256,24 +256,34 @@ def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) ->
     os.replace(tmp, path)
 
 
-def _prewarm(specs: list[RunSpec], base_config: Path, threads: int) -> None:
-    """Train (or load) each distinct warm start once, before the parallel runs race for it."""
+def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path) -> None:
+    """Train (or load) each distinct starting policy once, before the parallel runs race for it, and
+    evaluate it with the runs' own held-out protocol (``baseline_eval/<model>.json``: the "before
+    RL" reference of the report; the runs themselves skip ``eval_before``)."""
     import torch
 
+    from respo.runtime.tasks import get_task
     from respo.train.config import load_config
-    from respo.train.trainer import load_run_policy
+    from respo.train.trainer import EVAL_SEED, _evaluate, load_run_policy
 
     seen = set()
     for s in specs:
         cfg = load_config(base_config, {k: v for k, v in s.overrides.items()})
-        key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start)
-        if key in seen or not cfg.warm_start:
+        key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start, cfg.eval_prompts,
+               cfg.eval_k, cfg.max_new_tokens)
+        out = sweep_dir / "baseline_eval" / f"{Path(cfg.model).name}.json"
+        if key in seen or (out.is_file() and not cfg.warm_start) or not cfg.eval_prompts:
             continue
         seen.add(key)
         torch.set_num_threads(max(1, threads))
         t0 = time.perf_counter()
         policy = load_run_policy(cfg)
-        print(f"[sweep] warm start {key[:3]}: {policy.info.get('path', '')} pass_rate={policy.info.get('pass_rate')} "
+        task = get_task(cfg.task, **cfg.task_kwargs)
+        ev = _evaluate(policy, task, task.examples("test", cfg.eval_prompts, EVAL_SEED), cfg)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
+                                   "policy": policy.info, "eval": ev}, indent=1, default=str))
+        print(f"[sweep] starting policy {cfg.model}: held-out pass@1 {ev.get('pass@1')} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
@@ -301,7 +311,7 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
     print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run "
           f"({jobs} at a time) -> {runs_dir}", flush=True)
     if todo and prewarm:
-        _prewarm(todo, base_config, threads * jobs)
+        _prewarm(todo, base_config, threads * jobs, sweep_dir)
 
     failed: list[dict] = []
     t_start = time.perf_counter()
