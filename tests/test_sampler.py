@@ -11,16 +11,6 @@ from respo.runtime.sampler import nucleus_log_probs, sample, sample_tokens
 from respo.runtime.tokenizer import build_char_tokenizer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny models are dispatch-bound: on a shared 2-core machine, 2 threads per process
-    # oversubscribe the cores and ran these tests ~10x slower than 1 thread. Restored after.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 PROMPTS = ["12+34=", "1+2=", "123+456+789=", "9", "55+5="]
 
 

@@ -29,16 +29,6 @@ SMALL = dict(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny models are dispatch-bound: on a shared 2-core machine, 2 threads per process
-    # oversubscribe the cores and ran these tests ~10x slower than 1 thread. Restored after.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_encode_pairs_layout():
     tok = build_char_tokenizer()
     ids, attn, P, mask = encode_pairs(tok, ["1+2=", "10+20="], ["3", "30"])

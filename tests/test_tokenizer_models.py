@@ -11,16 +11,6 @@ from respo.runtime.models import PRESETS, build_policy
 from respo.runtime.tokenizer import ARITHMETIC_ALPHABET, TEXT_ALPHABET, build_char_tokenizer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Tiny models are dispatch-bound: on a shared 2-core machine, 2 threads per process
-    # oversubscribe the cores and ran these tests ~10x slower than 1 thread. Restored after.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_char_tokenizer()
