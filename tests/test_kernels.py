@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from respo import respo_kernel, respo_phi, two_branch, vespo_kernel, vespo_phi
+from respo import respo_kernel, respo_phi, two_branch, vespo_phi
 from respo.core.objectives import kernel_from_spec
 
 E = math.e

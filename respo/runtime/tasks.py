@@ -37,7 +37,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import math
 import random
 import re
 import threading

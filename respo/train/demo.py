@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from respo.train.config import TrainConfig, apply_overrides, config_to_dict, validate
+from respo.train.config import TrainConfig, apply_overrides, validate
 from respo.train.metrics import read_jsonl
 
 __all__ = ["DEMO", "WHY", "demo_config", "run_demo", "write_report", "plot_curve"]

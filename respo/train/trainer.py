@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import os
 import random
 import time
 from contextlib import nullcontext
@@ -34,7 +32,7 @@ import numpy as np
 import torch
 
 from respo.train.buffer import Batch, PromptStream, RolloutBuffer, staleness_stats
-from respo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, rng_state,
+from respo.train.checkpoint import (latest_checkpoint, load_checkpoint, rng_state,
                                     save_checkpoint, set_rng_state)
 from respo.train.config import TrainConfig, config_to_dict, validate
 from respo.train.metrics import MetricsLogger, to_float
