@@ -55,9 +55,11 @@ def test_best_per_column_marks_max_and_ties_and_skips_nan():
 
 
 def _fake_run(root: Path, objective: str, reuse: int, lr: float, seed: int, scores: list[float], *,
-              kwargs: dict | None = None, low_w: float = 0.1, finished: bool = True) -> Path:
+              kwargs: dict | None = None, low_w: float = 0.1, finished: bool = True, budget: bool = False) -> Path:
     """A run directory shaped like `respo.train.trainer.train`'s output."""
     ov = {"objective": objective, "reuse": reuse, "lr": lr, "seed": seed, "model": "tiny-dense", "group_size": 8}
+    if budget:  # a non-default number of updates (part of the run name, as in `respo sweep --updates`)
+        ov["updates"] = len(scores)
     if kwargs:
         ov["objective_kwargs"] = kwargs
     d = root / "runs" / run_name(ov)
@@ -102,6 +104,7 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     _fake_run(sweep, "reshaped", 8, 3e-5, 0, [0.35] * 16, kwargs=dict(zip(("pos_kernel", "neg_kernel"),
                                                                             ABLATION_KERNELS["respo+/vespo-"])))
     _fake_run(sweep, "grpo", 32, 3e-5, 0, [0.1] * 5, finished=False)
+    _fake_run(sweep, "grpo", 8, 3e-5, 0, [0.9] * 32, budget=True)  # a longer budget: its own section only
     out = tmp_path / "report"
     path = build_report([sweep], out, command="respo report sweep")
     text = path.read_text()
@@ -122,6 +125,8 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     assert re.search(r"\| respo\+/vespo- \| \*\*0\.350 \(1\)\*\* \|", abl) is None  # grpo's 0.5 is best at N = 8
     assert "| respo+/vespo- | 0.350 (1) |" in abl
     assert "grpo_N32_G8_lr3e-05_s0`: 5 updates logged" in text
+    longer = text.split("## Longer budget")[1].split("## ")[0]
+    assert "| grpo | **0.500 ± 0.000 (2)** | **0.900 (1)** |" in longer  # 16 vs 32 updates at N = 8 (one row: bold)
     for png in re.findall(r"\]\(([^)]+\.png)\)", text):
         assert (out / png).stat().st_size > 1000, png
 

@@ -99,8 +99,10 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
     from respo.study import plots
 
     G = _mode([r.coords["group_size"] for r in runs if r.coords["model"] == model])
+    U_main = _mode([r.coords["updates"] for r in runs if r.coords["model"] == model])
     base = [r for r in runs if r.finished and r.coords["model"] == model and r.coords["group_size"] == G
-            and not r.coords["routing_replay"] and r.coords["objective"] in MAIN_ORDER]
+            and not r.coords["routing_replay"] and r.coords["objective"] in MAIN_ORDER
+            and r.coords["updates"] == U_main]
     if not base:
         return
     objs = _order({r.coords["objective"] for r in base}, MAIN_ORDER)
@@ -221,6 +223,31 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
 def _mode(xs: list):
     xs = [x for x in xs if x is not None]
     return max(set(xs), key=xs.count) if xs else None
+
+
+def _budget_section(runs: list[Run], lines: list[str]) -> None:
+    """Runs with a different number of updates than their model's main sweep, next to the main runs."""
+    fin = [r for r in runs if r.finished and not r.coords["routing_replay"]]
+    for model in sorted({r.coords["model"] for r in fin}):
+        mine = [r for r in fin if r.coords["model"] == model]
+        U_main = _mode([r.coords["updates"] for r in mine])
+        other = [r for r in mine if r.coords["updates"] != U_main]
+        if not other:
+            continue
+        keys = {(r.coords["objective"], r.coords["reuse"], r.coords["lr"], r.coords["group_size"]) for r in other}
+        sel = [r for r in mine if (r.coords["objective"], r.coords["reuse"], r.coords["lr"], r.coords["group_size"]) in keys]
+        g = group_runs(sel, ("objective", "updates"))
+        objs = _order({o for o, _ in g}, ABLATION_ORDER)
+        cols = sorted({u for _, u in g})
+        desc = ", ".join(sorted({f"N = {n}, lr {lr:g}, G = {G}" for _, n, lr, G in keys}))
+        lines += [f"## Longer budget ({model}; {desc})", "",
+                  "The same settings with more policy updates (more rollout steps at the same N), to see whether the "
+                  "high-N ordering is a transient of the short budget. Late mean:", ""]
+        lines += _table(objs, cols, {k: [late_mean(r.scores) for r in v] for k, v in g.items()},
+                        col_name=lambda u: f"{u} updates")
+        lines += ["", "Held-out sampled pass@1 after training:", ""]
+        lines += _table(objs, cols, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda u: f"{u} updates")
+        lines += [""]
 
 
 def _groups_section(runs: list[Run], lines: list[str]) -> None:
@@ -345,11 +372,14 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
               "Drawn from the core's loss gradients (one-token responses, c = −B·∂L/∂logp / Â): ReSPO and VESPO's "
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at 3).",
               "", f"![kernels]({p.name})", ""]
+    modal = {m: _mode([r.coords["updates"] for r in runs if r.coords["model"] == m]) for m in {r.coords["model"] for r in runs}}
+    main_budget = [r for r in runs if r.coords["updates"] == modal[r.coords["model"]]]  # one budget per model
     for model in sorted({r.coords["model"] for r in fin}):
-        _main_section(runs, model, out_dir, shared_lr, lines, dirs)
-    _groups_section(runs, lines)
-    _ablation_section(runs, out_dir, lines)
-    _replay_section(runs, lines)
+        _main_section(main_budget, model, out_dir, shared_lr, lines, dirs)
+    _budget_section(runs, lines)
+    _groups_section(main_budget, lines)
+    _ablation_section(main_budget, out_dir, lines)
+    _replay_section(main_budget, lines)
     unfinished = [r for r in runs if not r.finished]
     lines += ["## Runs not finished", ""]
     if unfinished:
