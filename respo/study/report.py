@@ -172,6 +172,25 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
                 lines.append(f"| {o} | {x:g} | " + " | ".join(fmt_cell(*lm.get((o, n, x), (math.nan, math.nan, 0)))
                                                             for n in Nall) + " |")
         lines += [""]
+        nmax = max(Nall)
+        lines += [f"### log W spread reached per learning rate (N = {nmax}; calibration)", "",
+                  "The same diagnostics as the starvation table, per learning rate, over stale updates; N = 1 late mean "
+                  "is the on-policy control (a learning rate that degrades N = 1 is too large whatever the objective). "
+                  "Target of the issue: the baseline with about 20 % of positives at log W < −1 at high N without "
+                  "collapsing at N = 1.", "",
+                  "| objective | lr | runs | frac_pos_low_w | pos_low_w_mass_share | frac_starved | log W p10 | kl_k3 | "
+                  f"late mean N = {nmax} | late mean N = 1 |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for o in objs:
+            for x in lrs:
+                rs = gl.get((o, nmax, x), [])
+                if not rs:
+                    continue
+                vals = [nanmean(run_mean(r, k, stale_only=True) for r in rs)
+                        for k in ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "log_w/p10", "kl_k3")]
+                on = lm.get((o, 1, x), (math.nan, math.nan, 0))
+                lines.append(f"| {o} | {x:g} | {len(rs)} | " + " | ".join(_fmt(v, 4 if i == 4 else 3) for i, v in enumerate(vals))
+                             + f" | {fmt_cell(*lm[(o, nmax, x)])} | {fmt_cell(*on)} |")
+        lines += [""]
 
     gc = {(o, n): v for (o, n), v in g.items()}
     p = plots.plot_curves(gc, out_dir / f"curves_{tag}.png", title=f"{model}, lr {lr:g}: training score per update "
@@ -323,6 +342,9 @@ def _replay_section(runs: list[Run], lines: list[str]) -> None:
         vals = {(rows[k[0]], k[1]): [late_mean(r.scores) for r in v] for k, v in g.items()}
         lines += [f"### {model}, {obj}, G = {G}, lr {lr:g}: late mean", ""]
         lines += _table([rows[False], rows[True]], Ns, vals, col_name=lambda n: f"N = {n}", row_head="routing")
+        lines += ["", "Held-out sampled pass@1 after training:", ""]
+        lines += _table([rows[False], rows[True]], Ns, {(rows[k[0]], k[1]): [_pass1(r) for r in v] for k, v in g.items()},
+                        col_name=lambda n: f"N = {n}", row_head="routing")
         lines += ["", "| routing | N | router_shift | kl_k3 | frac_pos_low_w |", "|---|---|---|---|---|"]
         for (rr, n), v in sorted(g.items()):
             if n > 1:
