@@ -125,6 +125,13 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     assert re.search(r"\| respo\+/vespo- \| \*\*0\.350 \(1\)\*\* \|", abl) is None  # grpo's 0.5 is best at N = 8
     assert "| respo+/vespo- | 0.350 (1) |" in abl
     assert "grpo_N32_G8_lr3e-05_s0`: 5 updates logged" in text
+    import csv
+
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(rows) == len(list((sweep / "runs").iterdir())) == 12  # 8 + lr 1e-5 + ablation + unfinished + longer
+    by = {r["run"]: r for r in rows}
+    assert float(by["tiny-dense_respo_N8_G8_lr3e-05_s0"]["late_mean"]) == pytest.approx(0.1)
+    assert float(by["tiny-dense_grpo_N8_G8_lr3e-05_s0"]["stale_mean:frac_pos_low_w"]) == pytest.approx(0.1)
     longer = text.split("## Longer budget")[1].split("## ")[0]
     assert "| grpo | **0.500 ± 0.000 (2)** | **0.900 (1)** |" in longer  # 16 vs 32 updates at N = 8 (one row: bold)
     for png in re.findall(r"\]\(([^)]+\.png)\)", text):
