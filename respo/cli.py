@@ -55,6 +55,36 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_source(args: argparse.Namespace) -> tuple:
+    """(model dir, task spec, task kwargs, max new tokens) for ``respo eval``: explicit flags first, then
+    what a run directory's config.json or a warm start's respo_warm_start.json recorded."""
+    src = Path(args.model)
+    task_spec, task_kwargs, max_new = args.task, None, args.max_new_tokens
+    if (src / "config.json").is_file() and (src / "final").is_dir():  # a run directory
+        run_cfg = json.loads((src / "config.json").read_text())
+        task_spec = task_spec or run_cfg["task"]
+        task_kwargs = run_cfg.get("task_kwargs", {})
+        max_new = max_new or run_cfg["max_new_tokens"]
+        src = src / "final"
+    elif (src / "respo_warm_start.json").is_file():  # a warm-start directory: it records its task settings
+        info = json.loads((src / "respo_warm_start.json").read_text())
+        task_spec = task_spec or info["config"]["task"]
+        task_kwargs = info["config"].get("task_kwargs", {})
+        max_new = max_new or info.get("max_new_tokens")
+    if args.task_kwargs is not None:  # explicit settings win over the recorded ones
+        try:
+            task_kwargs = json.loads(args.task_kwargs)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"respo eval: --task-kwargs must be a JSON object, e.g. '{{\"digits\": 5}}': {e}")
+        if not isinstance(task_kwargs, dict):
+            raise SystemExit(f"respo eval: --task-kwargs must be a JSON object, got {args.task_kwargs!r}")
+    if task_kwargs is None:
+        task_kwargs = {}
+        print(f"respo eval: {src} records no task settings; using the defaults of task "
+              f"{task_spec or 'addition'!r} (pass --task/--task-kwargs to choose)", file=sys.stderr)
+    return src, task_spec, task_kwargs, max_new
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -63,14 +93,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from respo.train.evaluate import evaluate_policy
     from respo.train.trainer import EVAL_SEED, load_run_policy
 
-    src = Path(args.model)
-    task_spec, task_kwargs, max_new = args.task, {}, args.max_new_tokens
-    if (src / "config.json").is_file() and (src / "final").is_dir():  # a run directory
-        run_cfg = json.loads((src / "config.json").read_text())
-        task_spec = task_spec or run_cfg["task"]
-        task_kwargs = run_cfg.get("task_kwargs", {})
-        max_new = max_new or run_cfg["max_new_tokens"]
-        src = src / "final"
+    src, task_spec, task_kwargs, max_new = _eval_source(args)
     cfg = apply_overrides(TrainConfig(), {"model": str(src), "task": task_spec or "addition",
                                           "task_kwargs": task_kwargs, "warm_start": False})
     if args.threads:
@@ -106,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="held-out mean@k / pass@k of a run or model directory")
     p.add_argument("model", help="a run directory (uses its final/ policy and task) or a model directory")
-    p.add_argument("--task", default=None, help="task spec (default: the run's task, else addition)")
+    p.add_argument("--task", default=None, help="task spec (default: the run's or warm start's task, else addition)")
+    p.add_argument("--task-kwargs", default=None,
+                   help='task settings as JSON, e.g. \'{"digits": 5}\' (default: the run\'s or warm start\'s)')
     p.add_argument("--prompts", type=int, default=256)
     p.add_argument("--k", type=int, default=8, help="samples per prompt")
     p.add_argument("--temperature", type=float, default=1.0)

@@ -43,3 +43,27 @@ def test_train_toml_plus_override_then_eval(tmp_path, capsys):
     assert main(["eval", str(run), "--prompts", "4", "--k", "2", "--threads", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["prompts"] == 4 and out["k"] == 2 and 0.0 <= out["mean@2"] <= out["pass@2"] <= 1.0
+
+
+def test_eval_uses_the_recorded_task_settings(tmp_path, capsys):
+    # A warm-start directory records its task settings; `respo eval` must use them (5-digit addition
+    # here), not silently fall back to the task's defaults (3 digits). --task-kwargs overrides them.
+    from respo.cli import _eval_source
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "respo_warm_start.json").write_text(
+        json.dumps({"config": {"task": "addition", "task_kwargs": {"digits": 5, "scratchpad": True}}, "max_new_tokens": 39})
+    )
+    parse = build_parser().parse_args
+    src, task, kwargs, max_new = _eval_source(parse(["eval", str(ws)]))
+    assert (src, task, kwargs, max_new) == (ws, "addition", {"digits": 5, "scratchpad": True}, 39)
+    _, _, kwargs, _ = _eval_source(parse(["eval", str(ws), "--task-kwargs", '{"digits": 3}']))
+    assert kwargs == {"digits": 3}
+    with pytest.raises(SystemExit, match="must be a JSON object"):
+        _eval_source(parse(["eval", str(ws), "--task-kwargs", "digits=3"]))
+    # a bare model directory records nothing: defaults are used, and the user is told so
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert _eval_source(parse(["eval", str(bare)]))[2] == {}
+    assert "records no task settings" in capsys.readouterr().err
