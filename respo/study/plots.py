@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from respo.study.aggregate import Run, late_mean, metric_series  # noqa: E402
+from respo.study.aggregate import Run, metric_series  # noqa: E402
 
 __all__ = ["kernel_coefficients", "plot_kernels", "plot_curves", "plot_metric_curves", "plot_heatmaps",
            "logw_samples_from_quantiles", "plot_logw_hist", "COLORS"]
@@ -29,6 +29,16 @@ COLORS = {"grpo": "tab:blue", "gspo": "tab:green", "vespo": "tab:orange", "respo
 QUANTILE_KEYS = (("log_w/p01", 0.01), ("log_w/p10", 0.10), ("log_w/p50", 0.50), ("log_w/p90", 0.90),
                  ("log_w/p99", 0.99))
 
+
+
+def _save(fig, path: str | Path, title: str, *, dpi: int) -> Path:
+    """Title (if any), tight layout, write the PNG, free the figure."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return Path(path)
 
 def _color(label: str, i: int) -> str:
     return COLORS.get(label, f"C{i % 10}")
@@ -124,12 +134,7 @@ def plot_metric_curves(groups: dict[tuple[str, int], list[Run]], key: str, path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path, title, dpi=100)
 
 
 def plot_curves(groups: dict[tuple[str, int], list[Run]], path: str | Path, *, smooth: int = 8, title: str = "") -> Path:
@@ -227,9 +232,4 @@ def plot_logw_hist(groups: dict[tuple[str, int], list[Run]], path: str | Path, *
             if a == len(Ns) - 1:
                 ax.set_xlabel("log W", fontsize=8)
     axes[0][0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path, title, dpi=90)

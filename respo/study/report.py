@@ -136,7 +136,7 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
     lines += _table(objs, Ns, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
     for b in _baselines(sweep_dirs, model):
         ev = b["eval"]
-        lines += [f"| before RL (the starting policy, same protocol) | " + " | ".join(
+        lines += ["| before RL (the starting policy, same protocol) | " + " | ".join(
             f"{ev['pass@1']:.3f} ± {ev.get('pass@1_se', math.nan):.3f} (se)" for _ in Ns) + " |"]
     ws = sorted({str(r.config.get("policy", {}).get("pass_rate")) for r in at_lr})
     lines += ["", f"Starting policy's sampled pass rate as recorded by its SFT (512 prompts, one sample each): "

@@ -29,7 +29,6 @@ Presets (grid dimensions; `PRESETS` has the exact values):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import os
