@@ -355,3 +355,16 @@ def test_float32_matches_float64():
         b, _ = policy_loss(name, logp.detach().float(), old.float(), adv.float(), mask.float())
         assert b.dtype == torch.float32
         assert b.item() == pytest.approx(a.item(), rel=1e-4, abs=1e-6), name
+
+
+def test_sequence_kernels_is_the_one_mapping():
+    from respo import sequence_kernels
+
+    lw = torch.log(torch.tensor([0.01, 4.0], dtype=f64))
+    pk, nk = sequence_kernels("respo")
+    assert pk(lw).tolist() == pytest.approx([1.35907, 2.5 * math.exp(-3)], abs=5e-6)  # φ⁺(.01), φ⁺(4) = 2.5/e³
+    assert nk(lw).tolist() == pytest.approx([0.604965, 0.27067], abs=5e-6)  # φ⁻(.01), φ⁻(4)
+    pk, nk = sequence_kernels("topr")
+    assert pk(lw).tolist() == [1.0, 1.0] and nk(lw).tolist() == pytest.approx([0.01, 1.0])  # min(W, 1)
+    with pytest.raises(ValueError, match="not a sequence-weight objective"):
+        sequence_kernels("grpo")

@@ -31,6 +31,7 @@ from respo.core.objectives import (
     reshaped_loss,
     respo_loss,
     sapo_loss,
+    sequence_kernels,
     topr_loss,
     vespo_loss,
 )
@@ -40,7 +41,7 @@ __all__ = [
     "ADVANTAGE_KINDS", "AGG_MODES", "OBJECTIVES", "RESPO_NEG", "RESPO_POS", "VESPO_NEG", "VESPO_POS",
     "agg_loss", "cispo_loss", "get_objective", "gmpo_loss", "group_advantages", "grpo_loss", "gspo_loss",
     "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_kernel",
-    "respo_loss", "respo_phi", "sapo_loss", "sequence_log_ratio", "token_log_ratio", "topr_loss",
+    "respo_loss", "respo_phi", "sapo_loss", "sequence_kernels", "sequence_log_ratio", "token_log_ratio", "topr_loss",
     "truncated_kernel", "two_branch", "unit_kernel", "vespo_kernel", "vespo_loss", "vespo_phi",
     "weight_diagnostics",
 ]  # fmt: skip

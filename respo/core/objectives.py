@@ -177,6 +177,28 @@ def kernel_from_spec(spec: Union[str, Kernel]) -> Kernel:
     return maker(*nums)
 
 
+def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
+    """(pos_kernel, neg_kernel) of the sequence-weight objective ``name`` with its hyperparameters.
+
+    The one place that says which kernels ``respo``, ``vespo``, ``topr``, ``reinforce`` and
+    ``reshaped`` use; integrations that aggregate with their framework's own code (verl) call it too.
+    """
+    if name == "respo":
+        return respo_kernel(*hparams.get("pos", RESPO_POS)), respo_kernel(*hparams.get("neg", RESPO_NEG))
+    if name == "vespo":
+        return vespo_kernel(*hparams.get("pos", VESPO_POS)), vespo_kernel(*hparams.get("neg", VESPO_NEG))
+    if name == "topr":
+        return unit_kernel(), truncated_kernel(1.0)
+    if name == "reinforce":
+        return unit_kernel(), unit_kernel()
+    if name == "reshaped":
+        return (
+            kernel_from_spec(hparams.get("pos_kernel", "respo(2,0.5,2)")),
+            kernel_from_spec(hparams.get("neg_kernel", "respo(1,0.5,2)")),
+        )
+    raise ValueError(f"{name!r} is not a sequence-weight objective; known: respo, vespo, topr, reinforce, reshaped")
+
+
 # --------------------------------------------------------------------------------------------------
 # Sequence-weight (REINFORCE-shaped) objectives
 # --------------------------------------------------------------------------------------------------
@@ -236,11 +258,8 @@ def respo_loss(
     every objective takes (``loss_agg_mode``, ``rollout_log_ratio``, ``global_tokens``,
     ``global_seqs``, ``loss_scale_factor``, ``nan_policy``, ``diagnostics``; see ``reshaped_loss``).
     """
-    return reshaped_loss(
-        logp, old_logp, advantages, mask,
-        pos_kernel=respo_kernel(*pos), neg_kernel=respo_kernel(*neg),
-        **common,
-    )  # fmt: skip
+    pos_kernel, neg_kernel = sequence_kernels("respo", pos=pos, neg=neg)
+    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
 
 
 def vespo_loss(
@@ -254,11 +273,8 @@ def vespo_loss(
     **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0."""
-    return reshaped_loss(
-        logp, old_logp, advantages, mask,
-        pos_kernel=vespo_kernel(*pos), neg_kernel=vespo_kernel(*neg),
-        **common,
-    )  # fmt: skip
+    pos_kernel, neg_kernel = sequence_kernels("vespo", pos=pos, neg=neg)
+    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
 
 
 def topr_loss(
@@ -269,11 +285,8 @@ def topr_loss(
     **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """TOPR: L = −agg[sg(α_i) Â_it logp_it], α_i = min(W_i, 1) for Â_i < 0 and 1 otherwise."""
-    return reshaped_loss(
-        logp, old_logp, advantages, mask,
-        pos_kernel=unit_kernel(), neg_kernel=truncated_kernel(1.0),
-        **common,
-    )  # fmt: skip
+    pos_kernel, neg_kernel = sequence_kernels("topr")
+    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
 
 
 def reinforce_loss(
@@ -284,11 +297,8 @@ def reinforce_loss(
     **common,
 ) -> Tuple[torch.Tensor, Metrics]:
     """REINFORCE: L = −agg[Â_it logp_it] (φ ≡ 1; ignores staleness, the on-policy floor)."""
-    return reshaped_loss(
-        logp, old_logp, advantages, mask,
-        pos_kernel=unit_kernel(), neg_kernel=unit_kernel(),
-        **common,
-    )  # fmt: skip
+    pos_kernel, neg_kernel = sequence_kernels("reinforce")
+    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -631,6 +641,7 @@ __all__ = [
     "reinforce_loss",
     "reshaped_loss",
     "respo_loss",
+    "sequence_kernels",
     "sapo_loss",
     "topr_loss",
     "vespo_loss",

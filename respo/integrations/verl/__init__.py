@@ -77,10 +77,9 @@ from respo import (
     VESPO_POS,
     kernel_from_spec,
     respo_kernel,
+    sequence_kernels,
     sequence_log_ratio,
-    truncated_kernel,
     two_branch,
-    unit_kernel,
     vespo_kernel,
     weight_diagnostics,
 )
@@ -156,27 +155,24 @@ def _get(policy_loss: Any, key: str, default: Any) -> Any:
 
 
 def kernels_for(objective: str, policy_loss: Any = None) -> tuple[Kernel, Kernel]:
-    """(pos_kernel, neg_kernel) of ``objective`` with the hyperparameters in ``policy_loss`` (or defaults)."""
+    """(pos_kernel, neg_kernel) of ``objective`` with the hyperparameters in ``policy_loss`` (or defaults).
+
+    The objective -> kernels mapping is the core's ``sequence_kernels``; this only reads verl's
+    config fields (``respo_pos``, ``vespo_neg``, ``reshaped_pos``, ...) into its hyperparameters.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown respo objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+    hparams: dict[str, Any] = {}
     if objective == "respo":
-        return (
-            respo_kernel(*_floats(_get(policy_loss, "respo_pos", RESPO_POS), 3, "respo_pos")),
-            respo_kernel(*_floats(_get(policy_loss, "respo_neg", RESPO_NEG), 3, "respo_neg")),
-        )
-    if objective == "vespo":
-        return (
-            vespo_kernel(*_floats(_get(policy_loss, "vespo_pos", VESPO_POS), 2, "vespo_pos")),
-            vespo_kernel(*_floats(_get(policy_loss, "vespo_neg", VESPO_NEG), 2, "vespo_neg")),
-        )
-    if objective == "topr":
-        return unit_kernel(), truncated_kernel(1.0)
-    if objective == "reinforce":
-        return unit_kernel(), unit_kernel()
-    if objective == "reshaped":
-        return (
-            kernel_from_spec(_get(policy_loss, "reshaped_pos", "respo(2,0.5,2)")),
-            kernel_from_spec(_get(policy_loss, "reshaped_neg", "respo(1,0.5,2)")),
-        )
-    raise ValueError(f"unknown respo objective {objective!r}; known: {', '.join(OBJECTIVES)}")
+        hparams = {b: _floats(_get(policy_loss, f"respo_{b}", d), 3, f"respo_{b}") for b, d in (("pos", RESPO_POS), ("neg", RESPO_NEG))}
+    elif objective == "vespo":
+        hparams = {b: _floats(_get(policy_loss, f"vespo_{b}", d), 2, f"vespo_{b}") for b, d in (("pos", VESPO_POS), ("neg", VESPO_NEG))}
+    elif objective == "reshaped":
+        hparams = {
+            "pos_kernel": _get(policy_loss, "reshaped_pos", "respo(2,0.5,2)"),
+            "neg_kernel": _get(policy_loss, "reshaped_neg", "respo(1,0.5,2)"),
+        }
+    return sequence_kernels(objective, **hparams)
 
 
 def fold_rollout_is_weights(
