@@ -161,3 +161,17 @@ def test_off_policy_training_learns(tmp_path, objective):
     length = [r["response_length"] for r in recs]
     assert sum(length[:2]) / 2 > 6 and sum(length[-4:]) / 4 < 3, length
     assert [r["staleness_max"] for r in recs[:4]] == [0, 1, 0, 1]
+
+
+def test_preset_from_scratch_gets_the_tasks_alphabet():
+    # A text task trained from a preset without warm start must not encode its prompts as <unk>:
+    # the char tokenizer takes the task's alphabet (as the warm start's SFT does).
+    from respo.train.trainer import load_run_policy
+
+    cfg = apply_overrides(TrainConfig(), {"warm_start": False, "task": "reasoning_gym:basic_arithmetic"})
+    tok = load_run_policy(cfg).tokenizer
+    text = "What is 3+4?"
+    assert tok.unk_token_id not in tok(text)["input_ids"]
+    assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
+    # arithmetic tasks keep the small vocabulary (unchanged random-init models for the presets)
+    assert len(load_run_policy(apply_overrides(TrainConfig(), {"warm_start": False})).tokenizer) == 4 + 22

@@ -88,8 +88,12 @@ def _warm_kwargs(cfg: TrainConfig) -> dict:
     return {"task_kwargs": {k: v for k, v in cfg.task_kwargs.items() if k != "overlong"}}
 
 
-def _alphabet_for(cfg: TrainConfig):
-    return None  # the arithmetic alphabet; text tasks go through a warm start or a model directory
+def _alphabet_for(cfg: TrainConfig) -> str:
+    """The characters the run's task needs (as the warm start's SFT uses): arithmetic tasks keep the
+    small arithmetic vocabulary, text tasks (reasoning_gym, math files) get printable text."""
+    from respo.runtime.tasks import get_task
+
+    return get_task(cfg.task, **cfg.task_kwargs).alphabet
 
 
 def _jsonable(info: Any) -> dict:
