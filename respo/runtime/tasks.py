@@ -162,6 +162,13 @@ def score_batch(
     return out
 
 
+def score_rollout(task: Task, rollout, examples: Sequence[Example]) -> list[float]:
+    """+1/-1 (plus any overlong penalty) per row of a sampler ``Rollout``; a response cut at
+    ``max_new_tokens`` (no EOS) scores -1 (see `score_batch`)."""
+    return score_batch(task, rollout.responses, examples, finished=None if rollout.finished is None else rollout.finished.tolist(),
+                       lengths=rollout.response_mask.sum(1).long().tolist())
+
+
 class ProceduralTask(Task):
     """A task generated from a seeded RNG; the split of a problem is decided by its prompt hash."""
 

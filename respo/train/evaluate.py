@@ -16,6 +16,8 @@ from typing import Sequence
 
 import torch
 
+from respo.runtime.tasks import score_rollout
+
 __all__ = ["pass_at_k", "evaluate_policy", "summarize_correct", "paired_difference"]
 
 
@@ -67,7 +69,6 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
         arg-max token, i.e. greedy decoding).
     """
     from respo.runtime.sampler import sample
-    from respo.train.trainer import _score
 
     was_training = model.training
     model.eval()
@@ -78,7 +79,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
             ro = sample(model, tokenizer, prompts[i:i + batch_rows], max_new_tokens=max_new_tokens,
                         temperature=temperature, generator=generator)
             exs = [examples[j // k] for j in range(i, i + len(ro.responses))]
-            rewards += _score(task, ro, exs)
+            rewards += score_rollout(task, ro, exs)
             lengths += ro.response_mask.sum(1).tolist()
         correct = (torch.tensor(rewards) > 0).float().view(len(examples), k)  # (P, k)
         out = summarize_correct(correct)
@@ -89,7 +90,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
                 chunk = examples[i:i + batch_rows]
                 ro = sample(model, tokenizer, [ex.prompt for ex in chunk], max_new_tokens=max_new_tokens,
                             temperature=1.0, top_p=1e-9, generator=generator)
-                acc += [float(r > 0) for r in _score(task, ro, chunk)]
+                acc += [float(r > 0) for r in score_rollout(task, ro, chunk)]
             out["greedy_acc"], out["greedy_acc_se"] = _mean_se(acc)
         return out
     finally:

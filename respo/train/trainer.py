@@ -36,6 +36,7 @@ from respo.train.checkpoint import (latest_checkpoint, load_checkpoint, rng_stat
                                     save_checkpoint, set_rng_state)
 from respo.train.config import TrainConfig, config_to_dict, validate
 from respo.train.metrics import MetricsLogger, to_float
+from respo.runtime.tasks import score_rollout
 
 __all__ = ["train", "load_run_policy", "rollout_batch", "recompute_logp", "update_step", "Policy"]
 
@@ -163,24 +164,13 @@ def rollout_batch(policy: Policy, task, pool, indices: list[int], cfg: TrainConf
     t_sample = time.perf_counter() - t0
     routing = recorder.routing(length=ro.input_ids.shape[1]) if hasattr(recorder, "routing") else None
     model.train()
-    rewards = torch.tensor(_score(task, ro, examples))  # (S,)
+    rewards = torch.tensor(score_rollout(task, ro, examples))  # (S,)
     adv = group_advantages(rewards, G, kind=cfg.adv_kind)  # (S,)
     batch = Batch(input_ids=ro.input_ids, attention_mask=ro.attention_mask, response_start=ro.response_start,
                   mask=ro.response_mask.float(), behaviour_logp=ro.behaviour_logp.float(), rewards=rewards,
                   version=torch.full((len(examples),), version, dtype=torch.long), adv=adv, routing=routing,
                   example_index=torch.tensor([i for i in indices for _ in range(G)], dtype=torch.long))
     return batch, {"time/sample": t_sample}
-
-
-def _score(task, ro, examples) -> list[float]:
-    """+1/-1 per row; a response cut at max_new_tokens (no EOS) scores -1 (runtime's score_batch)."""
-    from respo.runtime.tasks import score_batch
-
-    finished = getattr(ro, "finished", None)
-    if finished is not None and isinstance(finished, torch.Tensor):
-        finished = finished.tolist()
-    return score_batch(task, ro.responses, examples, finished=finished,
-                       lengths=ro.response_mask.sum(1).long().tolist())
 
 
 def _chunks(n_rows: int, micro: int):
