@@ -548,8 +548,9 @@ def test_register_another_family(monkeypatch):
     from transformers.models.olmoe.modeling_olmoe import OlmoeSparseMoeBlock
 
     from respo.runtime import moe
+    from respo.runtime.moe import families
 
-    monkeypatch.setattr(moe, "_EXTRA_FAMILIES", [])
+    monkeypatch.setattr(families, "_EXTRA_FAMILIES", [])
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(
         OlmoeConfig(**_COMMON, num_experts=E, num_experts_per_tok=K, norm_topk_prob=False)
