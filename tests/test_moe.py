@@ -580,3 +580,61 @@ def test_cat_routings_pads_trimmed_micro_batches():
         cat_routings([b], length=4)
     # The padded columns are left out of router_shift: a fully-masked comparison counts 2*3 + 5.
     assert router_shift(out, out, torch.ones(3, 5)).tokens == 11
+
+
+def test_core_diagnostics_import_only_torch():
+    """respo.core.moe_diagnostics is torch-only; runtime.moe re-exports the same objects."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, respo.core.moe_diagnostics; "
+        "bad = [m for m in sys.modules if m.startswith(('transformers', 'respo.runtime'))]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    from respo.core import moe_diagnostics
+    from respo.runtime import moe
+
+    for name in ("router_shift", "load_balance", "expert_load", "moe_metrics", "missing_index", "routing_dtype"):
+        assert getattr(moe, name) is getattr(moe_diagnostics, name)
+
+
+def test_routing_dtype_and_sentinel():
+    # uint8 holds experts 0..254 with 255 as the sentinel; int16 up to 32767 experts, sentinel -1
+    from respo.runtime.moe import routing_dtype
+
+    assert routing_dtype(255) == torch.uint8 and missing_index(torch.uint8) == 255
+    assert routing_dtype(256) == torch.int16 and missing_index(torch.int16) == -1
+    with pytest.raises(ValueError, match="int16"):
+        routing_dtype(32768)
+
+
+def test_builtin_family_table_names_the_supported_families():
+    from respo.runtime.moe import BUILTIN_FAMILIES, supported_families
+
+    assert [row[0] for row in BUILTIN_FAMILIES] == FAMILIES
+    assert supported_families()[: len(FAMILIES)] == FAMILIES
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_recorder_and_replay_leave_no_hooks(family):
+    """Both contexts install their hooks the same way and take every one off on exit."""
+    model = make_model(family)
+
+    def n_hooks():
+        return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+    ids = ids_batch()
+    assert n_hooks() == 0
+    with RoutingRecorder(model) as rec:
+        with rec:  # nested use keeps one set of hooks: block pre-hook + experts pre-hook per layer
+            assert n_hooks() == 2 * 2
+        assert n_hooks() == 2 * 2
+        model(ids)
+    assert n_hooks() == 0
+    with routing_replay(model, rec.routing()) as rp:
+        assert n_hooks() == 2 * 2  # block pre-hook + router hook per layer
+        with pytest.raises(RuntimeError, match="already active"):
+            rp.__enter__()
+    assert n_hooks() == 0

@@ -7,13 +7,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from respo.runtime.tasks import (
+    TASK_KINDS,
     AdditionTask,
     Example,
     OverlongPenalty,
+    ProceduralTask,
     get_task,
+    hash_split,
+    hash_split_rows,
     read_math_rows,
     safe_eval,
     score_batch,
+    stable_hash,
 )
 
 
@@ -206,3 +211,63 @@ def test_math_task_bad_files(tmp_path):
     (tmp_path / "nodir").mkdir()
     with pytest.raises(FileNotFoundError, match="no train.parquet"):
         get_task(f"math:{tmp_path / 'nodir'}")
+
+
+def test_unfinished_rows_score_through_task_score():
+    # Task.score is the one place the overlong penalty is added; an unfinished row is incorrect.
+    # max_len 20, buffer 4: length 18 -> (16 - 18)/4 = -0.5, so finished/correct 0.5, unfinished -1.5
+    task = get_task("addition", digits=3, overlong=(20, 4))
+    ex = Example("123+456=", "579", {"a": 123, "b": 456})
+    demo = "3609;2507;1405;0579"
+    assert task.score(demo, ex, length=18) == 0.5
+    assert task.score(demo, ex, length=18, finished=False) == -1.5
+    assert score_batch(task, [demo, demo], [ex, ex], finished=[True, False], lengths=[18, 18]) == [0.5, -1.5]
+    # without lengths the character count is used: 19 -> (16 - 19)/4 = -0.75
+    assert score_batch(task, [demo], [ex], finished=[False]) == [-1.75]
+
+
+def test_hash_split_rows_by_hand():
+    # 10 rows, test fraction 0.25 -> round(2.5) = 2 test rows: the two smallest prompt hashes
+    rows = [Example(f"p{i}", str(i)) for i in range(10)]
+    splits = hash_split_rows(rows, 0.25)
+    smallest = sorted(rows, key=lambda r: stable_hash(r.prompt))[:2]
+    assert {r.prompt for r in splits["test"]} == {r.prompt for r in smallest}
+    assert [r.prompt for r in splits["train"]] == [r.prompt for r in rows if r not in smallest]  # file order
+    # at least one test row, at most all but one
+    assert len(hash_split_rows(rows, 0.0)["test"]) == 1 and len(hash_split_rows(rows, 1.0)["train"]) == 1
+
+
+def test_hash_split_is_a_threshold_on_the_hash():
+    for i in range(200):
+        prompt = f"q{i}"
+        expected = "test" if stable_hash(prompt) % 10_000 < 1_000 else "train"
+        assert hash_split(prompt, 0.1) == expected == AdditionTask().split_of(prompt)
+
+
+class _EchoTask(ProceduralTask):
+    """The documented way to add a task: draw a problem, verify a completion."""
+
+    name = "echo"
+    alphabet = "0123456789"
+
+    def draw(self, rng):
+        x = str(rng.randint(0, 10**6))
+        return Example(prompt=x, answer=x)
+
+    def is_correct(self, completion, example):
+        return completion == example.answer
+
+    def demonstration(self, example):
+        return example.answer
+
+
+def test_a_registered_task_is_built_by_get_task(monkeypatch):
+    monkeypatch.setitem(TASK_KINDS, "echo", (_EchoTask, None))
+    task = get_task("echo", overlong=(8, 2))
+    train, test = task.examples("train", 30, seed=0), task.examples("test", 30, seed=0)
+    assert task.examples("train", 30, seed=0) == train
+    assert not {e.prompt for e in train} & {e.prompt for e in test}
+    assert all(task.split_of(e.prompt) == "test" for e in test)
+    assert all(task.score(task.demonstration(e), e, length=1) == 1.0 for e in train)
+    with pytest.raises(ValueError, match="'echo'"):  # the error lists the registered kinds
+        get_task("echo:arg")
