@@ -1,57 +1,69 @@
-"""The command line: every flag documented, extensions that fail to import are errors, not missing commands."""
+"""CLI: flags generated from the config, clear errors with exit code 2, train -> eval round trip."""
 
-import argparse
-import dataclasses
+import json
 
 import pytest
 
-import respo.cli as cli
-from respo.train.config import TrainConfig
+from respo.cli import build_parser, main
+
+TINY = ["--warm-start", "false", "--threads", "1", "--prompts", "2", "--group-size", "4", "--max-new-tokens", "8",
+        "--updates", "2", "--eval-prompts", "4", "--eval-k", "2", "--progress", "false", "--tensorboard", "false",
+        "--task-kwargs", '{"overlong": [8, 7]}']
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+def test_every_config_field_is_a_flag(capsys):
+    from dataclasses import fields
+
+    from respo.train.config import TrainConfig
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    out = capsys.readouterr().out
+    for f in fields(TrainConfig):
+        assert f"--{f.name.replace('_', '-')}" in out, f.name
 
 
-def test_every_config_field_documents_itself():
-    undocumented = [f.name for f in dataclasses.fields(TrainConfig) if not f.metadata.get("help", "").strip()]
-    assert undocumented == []
+def test_bad_config_exits_2_and_names_the_problem(tmp_path, capsys):
+    rc = main(["train", "--reuse", "0", "--micro-batch", "3", "--out-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "reuse (N, mini-batches per rollout step) must be >= 1, got 0" in err
+    assert "micro_batch 3 does not divide" in err
+    assert not (tmp_path / "metrics.jsonl").exists()  # nothing ran
 
 
-def test_every_train_flag_has_a_one_line_description_from_its_field():
-    train = _subparsers(cli.build_parser())["train"]
-    flags = {a.option_strings[0]: a.help for a in train._actions if a.option_strings and a.option_strings[0] != "-h"}
-    for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        assert flag in flags, flag
-        text = flags[flag]
-        # the field's own description comes first, then the default: not only "(default: ...)"
-        assert text.startswith(f.metadata["help"].replace("%", "%%")), flag
-        assert "\n" not in f.metadata["help"], flag
-        assert text.endswith(")") and "(default: " in text, flag
-    assert flags["--lr"] == "AdamW learning rate after warm-up (default: 0.0001)"
-    assert flags["--resume"].strip() and flags["--config"].strip()
+def test_train_toml_plus_override_then_eval(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('objective = "grpo"\nreuse = 3\n')
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(cfg), "--reuse", "2", *TINY, "--out-dir", str(run)]) == 0
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["objective"] == "grpo" and saved["reuse"] == 2  # TOML, then the flag wins
+    capsys.readouterr()
+    assert main(["eval", str(run), "--prompts", "4", "--k", "2", "--threads", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["prompts"] == 4 and out["k"] == 2 and 0.0 <= out["mean@2"] <= out["pass@2"] <= 1.0
 
 
-def test_every_flag_of_every_command_has_help():
-    missing = [(name, a.option_strings) for name, sub in _subparsers(cli.build_parser()).items()
-               for a in sub._actions if a.option_strings and not (a.help or "").strip()]
-    assert missing == []
+def test_eval_uses_the_recorded_task_settings(tmp_path, capsys):
+    # A warm-start directory records its task settings; `respo eval` must use them (5-digit addition
+    # here), not silently fall back to the task's defaults (3 digits). --task-kwargs overrides them.
+    from respo.cli import _eval_source
 
-
-def test_help_renders_for_every_command(capsys):
-    for name in _subparsers(cli.build_parser()):
-        with pytest.raises(SystemExit) as ex:
-            cli.build_parser().parse_args([name, "--help"])
-        assert ex.value.code == 0
-        assert "usage: respo " + name in capsys.readouterr().out
-
-
-def test_commands_of_every_extension_are_present():
-    assert {"train", "eval", "demo", "sweep", "report", "sft"} <= set(_subparsers(cli.build_parser()))
-
-
-def test_an_extension_that_fails_to_import_is_an_error(monkeypatch):
-    monkeypatch.setattr(cli, "EXTENSIONS", cli.EXTENSIONS + ("respo.no_such_module",))
-    with pytest.raises(ModuleNotFoundError, match="respo.no_such_module"):
-        cli.build_parser()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "respo_warm_start.json").write_text(
+        json.dumps({"config": {"task": "addition", "task_kwargs": {"digits": 5, "scratchpad": True}}, "max_new_tokens": 39})
+    )
+    parse = build_parser().parse_args
+    src, task, kwargs, max_new = _eval_source(parse(["eval", str(ws)]))
+    assert (src, task, kwargs, max_new) == (ws, "addition", {"digits": 5, "scratchpad": True}, 39)
+    _, _, kwargs, _ = _eval_source(parse(["eval", str(ws), "--task-kwargs", '{"digits": 3}']))
+    assert kwargs == {"digits": 3}
+    with pytest.raises(SystemExit, match="must be a JSON object"):
+        _eval_source(parse(["eval", str(ws), "--task-kwargs", "digits=3"]))
+    # a bare model directory records nothing: defaults are used, and the user is told so
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert _eval_source(parse(["eval", str(bare)]))[2] == {}
+    assert "records no task settings" in capsys.readouterr().err
