@@ -2,12 +2,14 @@
 
 Built on the standard library's argparse: the flags of ``respo train`` are generated from the
 fields of `respo.train.config.TrainConfig` (one ``--field-name VALUE`` per field, parsed by the same
-`coerce` as TOML values), so the dataclass stays the single definition of every setting and no
-extra dependency is needed. Values given on the command line override the ``--config`` TOML file.
+`coerce` as TOML values, its help line taken from the field's ``metadata["help"]``), so the
+dataclass stays the single definition of every setting and no extra dependency is needed. Values
+given on the command line override the ``--config`` TOML file.
 
-Other modules can add subcommands: a module listed in ``EXTENSIONS`` that exists and defines
-``register(subparsers)`` is called with the argparse subparsers (the study's ``sweep``/``report``,
-the runtime's ``sft``).
+Other modules add subcommands: every module listed in ``EXTENSIONS`` defines
+``register(subparsers)`` and is called with the argparse subparsers (the study's ``sweep``/``report``,
+the runtime's ``sft``). They are part of the package, so a failure to import one is an error, not a
+missing command.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("config fields (override the TOML file)")
     for f in dataclasses.fields(TrainConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        shown = json.dumps(default) if not isinstance(default, str) else repr(default) if not default else default
+        # argparse expands %-formats in help strings; a literal % must be doubled
+        text = f.metadata.get("help", "").replace("%", "%%")
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f"cfg__{f.name}", default=None, metavar="V",
-                       help=f"(default: {json.dumps(default) if not isinstance(default, str) else default})")
+                       help=f"{text} (default: {shown})")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -132,12 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default=None, help="task spec (default: the run's or warm start's task, else addition)")
     p.add_argument("--task-kwargs", default=None,
                    help='task settings as JSON, e.g. \'{"digits": 5}\' (default: the run\'s or warm start\'s)')
-    p.add_argument("--prompts", type=int, default=256)
+    p.add_argument("--prompts", type=int, default=256, help="held-out prompts to evaluate")
     p.add_argument("--k", type=int, default=8, help="samples per prompt")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="maximum response length (default: the run's or warm start's, else 24)")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the sampling generator")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads; 0 keeps torch's default")
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy-decoding accuracy")
     p.set_defaults(func=_cmd_eval)
 
@@ -146,12 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     for mod in EXTENSIONS:
-        try:
-            ext = importlib.import_module(mod)
-        except ImportError:
-            continue
-        if hasattr(ext, "register"):
-            ext.register(sub)
+        importlib.import_module(mod).register(sub)
     return parser
 
 

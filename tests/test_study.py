@@ -143,7 +143,7 @@ def test_report_tables_from_hand_made_runs(tmp_path):
 # ------------------------------------------------------------------------------------------------
 def test_kernel_coefficients_match_design_values():
     lw = torch.log(torch.tensor([0.01, 2.0, 4.0], dtype=torch.float64))
-    # DESIGN.md section 2: φ+(0.01) = 1.35907, φ+(2) = 0.55182; φ-(0.01) = 0.60497, φ-(4) = 0.27067
+    # Kernel values (docs/method.md): φ+(0.01) = 1.35907, φ+(2) = 0.55182; φ-(0.01) = 0.60497, φ-(4) = 0.27067
     pos = kernel_coefficients("respo", lw, 1.0)
     neg = kernel_coefficients("respo", lw, -1.0)
     assert pos[:2].tolist() == pytest.approx([1.35907, 0.55182], abs=1e-5)
@@ -217,3 +217,16 @@ def test_quick_sweep_end_to_end_and_resume(tmp_path):
     assert {"kernels.png", "curves_tiny-dense.png", "logw_hist_tiny-dense.png"} <= set(pngs)
     for png in pngs:
         assert (out / png).stat().st_size > 1000, png
+
+
+def test_score_windows_are_the_papers():
+    # The paper: late mean over the last 128 of 1,024 updates, early max over the first 256.
+    from respo.train.scores import early_count, late_count
+
+    assert late_count(1024) == 128 and early_count(1024) == 256
+    assert late_count(64) == 8 and early_count(64) == 16  # the study's 64-update runs
+    assert late_count(3) == 1 and early_count(3) == 1  # at least one update each
+    # late mean of 1..1024 / 1024: mean of 897..1024 = (897 + 1024)/2 = 960.5 -> 0.93798828125
+    s = [i / 1024 for i in range(1, 1025)]
+    assert late_mean(s) == pytest.approx(960.5 / 1024)
+    assert early_max(s) == pytest.approx(256 / 1024)

@@ -24,7 +24,7 @@ Command line (``respo sft`` takes the same flags once ``respo.cli`` lists this m
     python -m respo.runtime.sft --preset tiny-dense --cache-dir .cache/warm_start --threads 1
 
 Measured with the defaults (5-digit scratchpad addition, 32-token responses, batch 64, AdamW
-1e-3, target 0.3; one torch thread on a shared 2-core machine, one seed):
+1e-3, target 0.3; one torch thread, one seed):
 
     preset      steps  train s  sampled pass (512 held-out)  greedy pass
     tiny-dense    245       87                        0.414        0.893
@@ -339,8 +339,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--task-kwarg", action="append", default=[], metavar="KEY=VALUE",
                     help="task knob, repeatable (e.g. digits=5); default for addition: digits=5 scratchpad=true")
     ap.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
-    ap.add_argument("--cache-dir", default=".cache/warm_start")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache-dir", default=".cache/warm_start", help="directory of cached warm starts (one per settings hash)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of initialisation, data order and evaluation samples")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's; 1 is faster on a shared machine)")
     ap.add_argument("--force", action="store_true", help="retrain even if cached")

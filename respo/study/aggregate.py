@@ -1,10 +1,8 @@
 """Reading sweep runs and reducing them to the study's numbers (pure functions, no plotting).
 
-Definitions (issue 5, DESIGN.md section 2), for a run with U recorded updates and per-update
-normalised training scores s_1..s_U (``score`` = mean of (r + 1)/2 over the mini-batch):
-
-    late mean  = mean(s_{U - L + 1} .. s_U),   L = max(1, U // 8)   (the last eighth)
-    early max  = max(s_1 .. s_E),              E = max(1, U // 4)   (the first quarter)
+A run's per-update normalised training scores s_1..s_U (``score`` = mean of (r + 1)/2 over the
+mini-batch) are summarised by `respo.train.scores.late_mean` (the last eighth of the updates) and
+`respo.train.scores.early_max` (the first quarter), the paper's definitions; they are re-exported here.
 
 Across seeds a cell is reported as mean ± sample standard deviation (ddof = 1; ± is omitted for
 one seed). "Best per column" marks the largest mean in each column.
@@ -17,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
            "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean"]
@@ -88,25 +88,6 @@ def _model_label(cfg: dict) -> str:
     policy = cfg.get("policy") or {}
     preset = (policy.get("config") or {}).get("preset") if isinstance(policy.get("config"), dict) else None
     return str(preset or policy.get("preset") or Path(str(cfg.get("model"))).name)
-
-
-def late_mean(scores: Sequence[float]) -> float:
-    """Mean of the last eighth (at least one) of the per-update scores; NaN if none.
-
-    Example: 16 scores 0.0 .. 0.15 (step 0.01): the last 2 are 0.14, 0.15 -> 0.145.
-    """
-    if not scores:
-        return math.nan
-    n = max(1, len(scores) // 8)
-    tail = scores[-n:]
-    return sum(tail) / len(tail)
-
-
-def early_max(scores: Sequence[float]) -> float:
-    """Best per-update score in the first quarter (at least one) of the updates; NaN if none."""
-    if not scores:
-        return math.nan
-    return max(scores[: max(1, len(scores) // 4)])
 
 
 def nanmean(xs: Iterable[float | None]) -> float:

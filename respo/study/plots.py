@@ -20,9 +20,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from respo.study.aggregate import Run, metric_series  # noqa: E402
+from respo.train.scores import early_count, late_count  # noqa: E402
 
 __all__ = ["kernel_coefficients", "plot_kernels", "plot_curves", "plot_metric_curves", "plot_heatmaps",
-           "logw_samples_from_quantiles", "plot_logw_hist", "COLORS"]
+           "logw_samples_from_quantiles", "plot_logw_hist", "plot_run_curve", "COLORS"]
 
 COLORS = {"grpo": "tab:blue", "gspo": "tab:green", "vespo": "tab:orange", "respo": "tab:red",
           "respo+/vespo-": "tab:purple", "vespo+/respo-": "tab:brown", "reinforce": "tab:gray"}
@@ -39,6 +40,7 @@ def _save(fig, path: str | Path, title: str, *, dpi: int) -> Path:
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return Path(path)
+
 
 def _color(label: str, i: int) -> str:
     return COLORS.get(label, f"C{i % 10}")
@@ -216,8 +218,8 @@ def plot_logw_hist(groups: dict[tuple[str, int], list[Run]], path: str | Path, *
             for r in runs:
                 U = len(r.records)
                 stale = [(i, x) for i, x in enumerate(r.records) if (x.get("staleness_mean") or 0) > 0]
-                early += [x for i, x in stale if i < max(1, U // 4)]
-                late += [x for i, x in stale if i >= U - max(1, U // 8)]
+                early += [x for i, x in stale if i < early_count(U)]
+                late += [x for i, x in stale if i >= U - late_count(U)]
             e, lt = logw_samples_from_quantiles(early), logw_samples_from_quantiles(late)
             both = np.concatenate([e, lt]) if e.size + lt.size else np.zeros(1)
             lo, hi = min(-3.0, float(np.percentile(both, 0.5))), max(0.5, float(np.percentile(both, 99.5)))
@@ -233,3 +235,31 @@ def plot_logw_hist(groups: dict[tuple[str, int], list[Run]], path: str | Path, *
                 ax.set_xlabel("log W", fontsize=8)
     axes[0][0].legend(fontsize=7)
     return _save(fig, path, title, dpi=90)
+
+
+#: Window of the moving mean drawn over a single run's training score.
+RUN_CURVE_WINDOW = 8
+
+
+def plot_run_curve(records: Sequence[dict], path: str | Path, title: str) -> Path:
+    """One run: training score per update (raw and a moving mean) and the weight spread (log W p10, p50)."""
+    u = [r["update"] for r in records]
+    score = [r.get("score") for r in records]
+    win = RUN_CURVE_WINDOW
+    smooth = [float(np.mean(score[max(0, i - win + 1):i + 1])) for i in range(len(score))]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    axes[0].plot(u, score, color="0.75", lw=0.8, label="score (r+1)/2")
+    axes[0].plot(u, smooth, color="C0", lw=2, label=f"{win}-update mean")
+    axes[0].set_xlabel("update")
+    axes[0].set_ylabel("training score")
+    axes[0].legend(loc="lower right")
+    for key, color in (("log_w/p10", "C3"), ("log_w/p50", "C1")):
+        vals = [r.get(key) for r in records]
+        if any(v is not None for v in vals):
+            axes[1].plot(u, [math.nan if v is None else v for v in vals], color=color, lw=1, label=f"log W {key[-3:]}")
+    if axes[1].lines:
+        axes[1].axhline(0, color="0.5", lw=0.5)
+        axes[1].set_xlabel("update")
+        axes[1].set_ylabel("sequence log-weight")
+        axes[1].legend(loc="lower left")
+    return _save(fig, path, title, dpi=110)

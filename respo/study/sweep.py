@@ -1,4 +1,4 @@
-"""``respo sweep``: a resumable grid of training runs for the staleness study (issue 5).
+"""``respo sweep``: a resumable grid of training runs for the staleness study.
 
 A sweep is a directory::
 

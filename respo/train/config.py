@@ -1,11 +1,11 @@
 """One flat, frozen training configuration: defaults < TOML file < command-line overrides.
 
-Every field is defined once here; `respo train --help` lists them all (generated from the
-dataclass, see `respo.cli`). `validate` checks a config up front and raises `ConfigError` naming
-every problem at once.
+Every field is defined once here, with a one-line ``help`` in its metadata; `respo train --help`
+prints each flag with that line (generated from the dataclass, see `respo.cli`). `validate`
+checks a config up front and raises `ConfigError` naming every problem at once.
 
-Staleness vocabulary (DESIGN.md section 2): one rollout step samples ``reuse * prompts`` prompts
-x ``group_size`` responses with policy version v, splits them into ``reuse`` mini-batches of
+Staleness vocabulary (the paper's, see docs/method.md): one rollout step samples
+``reuse * prompts`` prompts x ``group_size`` responses with policy version v, splits them into ``reuse`` mini-batches of
 ``prompts`` prompts and takes one optimizer step per mini-batch, so mini-batch k is trained with
 staleness k - 1. ``mode = "async"`` instead runs a rollout worker thread at most
 ``max_staleness`` versions behind.
@@ -40,59 +40,61 @@ class TrainConfig:
     responses per prompt, N = ``reuse`` (rollout-reuse ratio).
     """
 
+    # Each field's one-line ``help`` is what ``respo train --help`` prints for its flag.
+
     # --- task and policy ---
-    task: str = "addition"  # respo.runtime.tasks.get_task spec
-    task_kwargs: dict = field(default_factory=dict)  # extra get_task kwargs, e.g. {digits = 3}
-    model: str = "tiny-dense"  # preset name (tiny-dense, tiny-moe) or a local model directory
-    warm_start: bool = True  # presets only: start from the cached SFT warm start (respo.runtime.sft)
-    cache_dir: str = ".cache/respo"  # where warm starts are cached
-    out_dir: str = "runs/default"  # run directory (metrics.jsonl, config.json, summary.json, ckpt/)
-    seed: int = 0
-    threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
-    train_pool: int = 4096  # number of distinct training prompts (cycled, reshuffled per epoch)
+    task: str = field(default="addition", metadata={"help": "task spec for respo.runtime.tasks.get_task, e.g. addition, countdown, reasoning_gym:NAME, math:FILE"})
+    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}"})
+    model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe) or a local Hugging Face model directory"})
+    warm_start: bool = field(default=True, metadata={"help": "presets only: start from the cached SFT warm start (respo.runtime.sft) instead of random weights"})
+    cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached"})
+    out_dir: str = field(default="runs/default", metadata={"help": "run directory (metrics.jsonl, config.json, summary.json, ckpt/, final/)"})
+    seed: int = field(default=0, metadata={"help": "seed of every random number generator of the run"})
+    threads: int = field(default=0, metadata={"help": "torch intra-op threads (torch.set_num_threads); 0 keeps torch's default"})
+    train_pool: int = field(default=4096, metadata={"help": "number of distinct training prompts (cycled, reshuffled every epoch)"})
 
     # --- objective ---
-    objective: str = "respo"  # any name in respo.OBJECTIVES
-    objective_kwargs: dict = field(default_factory=dict)  # its hyperparameters, e.g. {pos = [2.0, 0.5, 2.0]}
-    loss_agg_mode: str = ""  # "" = the objective's own published default (token-mean for ReSPO, seq-mean-token-mean for GSPO/GMPO)
-    adv_kind: str = "grpo"  # grpo | drgrpo | rloo
+    objective: str = field(default="respo", metadata={"help": "policy objective, any name in respo.OBJECTIVES (respo, grpo, gspo, vespo, ...)"})
+    objective_kwargs: dict = field(default_factory=dict, metadata={"help": "the objective's hyperparameters as JSON / TOML, e.g. {\"pos\": [2.0, 0.5, 2.0]}"})
+    loss_agg_mode: str = field(default="", metadata={"help": "loss aggregation (token-mean, seq-mean-token-mean, ...); empty = the objective's published default"})
+    adv_kind: str = field(default="grpo", metadata={"help": "group advantage estimator: grpo | drgrpo | rloo"})
 
     # --- batch and staleness ---
-    prompts: int = 16  # B: prompts per mini-batch (one optimizer step)
-    group_size: int = 8  # G: responses per prompt
-    reuse: int = 1  # N: mini-batches per rollout step (sync mode); staleness 0..N-1
-    micro_batch: int = 0  # sequences per forward/backward (gradient accumulation); 0 = whole mini-batch
-    updates: int = 64  # total optimizer steps (policy updates)
-    mode: str = "sync"  # sync | async
-    sync_every: int = 1  # async: push learner weights to the rollout worker every K updates
-    max_staleness: int = 4  # async: drop samples more than this many versions behind
-    queue_size: int = 2  # async: rollout batches the worker may have waiting
+    prompts: int = field(default=16, metadata={"help": "B: prompts per mini-batch (one optimizer step)"})
+    group_size: int = field(default=8, metadata={"help": "G: sampled responses per prompt"})
+    reuse: int = field(default=1, metadata={"help": "N: mini-batches (optimizer steps) per rollout step in sync mode; staleness 0..N-1"})
+    micro_batch: int = field(default=0, metadata={"help": "sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch"})
+    updates: int = field(default=64, metadata={"help": "total optimizer steps (policy updates) of the run"})
+    mode: str = field(default="sync", metadata={"help": "sync (reuse-N schedule) | async (rollout worker thread a bounded number of versions behind)"})
+    sync_every: int = field(default=1, metadata={"help": "async: push the learner's weights to the rollout worker every K updates"})
+    max_staleness: int = field(default=4, metadata={"help": "async: drop samples more than this many policy versions behind"})
+    queue_size: int = field(default=2, metadata={"help": "async: rollout batches the worker may have waiting"})
 
     # --- sampling ---
-    max_new_tokens: int = 24
-    temperature: float = 1.0
-    top_p: float = 1.0
+    max_new_tokens: int = field(default=24, metadata={"help": "maximum response length in tokens"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of rollouts"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold of rollouts (1 = off)"})
 
     # --- optimizer (AdamW, linear warm-up then constant) ---
-    lr: float = 1e-4
-    warmup: int = 10  # warm-up updates
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0  # max global grad norm; 0 disables
-    adam_betas: tuple = (0.9, 0.999)
-    adam_eps: float = 1e-8
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate after warm-up"})
+    warmup: int = field(default=10, metadata={"help": "updates of linear learning-rate warm-up"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "maximum global gradient norm; 0 disables clipping"})
+    adam_betas: tuple = field(default=(0.9, 0.999), metadata={"help": "AdamW (beta1, beta2) as a JSON list"})
+    adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
 
     # --- MoE ---
-    routing_replay: bool = False  # replay rollout routing in old-logp and training forwards (MoE only)
+    routing_replay: bool = field(default=False, metadata={"help": "MoE only: replay the rollout's expert routing in the old-logp and training forwards"})
 
     # --- evaluation, checkpoints, logging ---
-    eval_prompts: int = 128  # held-out prompts for the final / periodic evaluation (0 = none)
-    eval_k: int = 4  # samples per held-out prompt (mean@k, pass@k)
-    eval_every: int = 0  # evaluate every this many updates (0 = only before and after)
-    eval_before: bool = True  # evaluate the initial policy too
-    checkpoint_every: int = 0  # updates between checkpoints (0 = only at exit)
-    keep_checkpoints: int = 2
-    tensorboard: bool = True  # also write TensorBoard events when tensorboard is installed
-    progress: bool = True  # tqdm progress bar
+    eval_prompts: int = field(default=128, metadata={"help": "held-out prompts for the periodic and final evaluation (0 = none)"})
+    eval_k: int = field(default=4, metadata={"help": "samples per held-out prompt (mean@k, pass@k)"})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every this many updates (0 = only before and after training)"})
+    eval_before: bool = field(default=True, metadata={"help": "also evaluate the initial policy"})
+    checkpoint_every: int = field(default=0, metadata={"help": "updates between checkpoints (0 = only at exit)"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "number of newest checkpoints kept in ckpt/"})
+    tensorboard: bool = field(default=True, metadata={"help": "also write TensorBoard events when tensorboard is installed"})
+    progress: bool = field(default=True, metadata={"help": "show a tqdm progress bar"})
 
     @property
     def rollout_prompts(self) -> int:
