@@ -177,3 +177,38 @@ def test_preset_from_scratch_gets_the_tasks_alphabet():
     assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
     # arithmetic tasks keep the small vocabulary (unchanged random-init models for the presets)
     assert len(load_run_policy(apply_overrides(TrainConfig(), {"warm_start": False})).tokenizer) == 4 + 22
+
+
+def test_train_leaves_threads_and_global_rngs_as_it_found_them(tmp_path):
+    # The run seeds torch/random/numpy and sets cfg.threads while it runs, and puts all of them back.
+    import random
+
+    import numpy as np
+
+    from respo.train.trainer import train
+
+    threads = torch.get_num_threads()
+    torch.manual_seed(7), random.seed(7), np.random.seed(7)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(7), random.seed(7), np.random.seed(7)
+    train(_cfg(updates=1, threads=threads + 1, out_dir=str(tmp_path / "r")))
+    assert torch.get_num_threads() == threads
+    drawn = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]
+
+
+def test_model_directory_kind_is_decided_by_its_files(tmp_path):
+    # A directory with a warm start's info file loads as a warm start; a broken one raises instead of
+    # falling back to a plain Hugging Face load. A plain saved model loads without the info file.
+    from respo.runtime.sft import INFO_FILE
+    from respo.train.trainer import load_run_policy
+
+    tok = build_char_tokenizer()
+    build_policy("tiny-dense", tok, seed=0).save_pretrained(tmp_path / "plain")
+    tok.save_pretrained(tmp_path / "plain")
+    policy = load_run_policy(apply_overrides(TrainConfig(), {"model": str(tmp_path / "plain")}))
+    assert policy.info == {"source": "dir", "path": str(tmp_path / "plain")}
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / INFO_FILE).write_text("{}")
+    with pytest.raises((OSError, ValueError)):  # no tokenizer files: the real error surfaces
+        load_run_policy(apply_overrides(TrainConfig(), {"model": str(tmp_path / "broken")}))
