@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from respo.train.buffer import Batch, RolloutBuffer
-from respo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, rng_state,
+from respo.train.buffer import Batch, PromptStream, RolloutBuffer
+from respo.train.checkpoint import (CheckpointError, RunState, latest_checkpoint, load_checkpoint, rng_state,
                                     save_checkpoint, set_rng_state)
 
 
@@ -64,6 +64,39 @@ def test_round_trip_restores_weights_optimizer_rng_and_buffer(tmp_path):
     buf2 = RolloutBuffer(2)
     buf2.load_state(loaded["buffer"])
     assert buf2.remaining == 1 and torch.equal(buf2.take().input_ids, buf.take().input_ids)
+
+
+def _run_state(model, seed):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: min(1.0, (u + 1) / 4))  # 4-update warm-up
+    return RunState(opt, sched, stream=PromptStream(list(range(10)), 0), buffer=RolloutBuffer(2),
+                    generator=torch.Generator().manual_seed(seed))
+
+
+def test_run_state_round_trips_through_a_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = Tied()
+    state = _run_state(model, seed=5)
+    model.emb.weight.sum().backward()
+    state.optimizer.step()
+    state.scheduler.step()  # lr factor min(1, 2/4) = 0.5
+    state.stream.next(7)
+    state.buffer.put(_batch())
+    state.buffer.take()
+    state.update, state.version, state.dropped, state.evals = 3, 3, 1, {"before": {"pass@1": 0.25}}
+    path = state.save(tmp_path, model, keep=1)
+    assert path.name == "update-000003"
+    after = (torch.rand(2, generator=state.generator), state.stream.next(5), torch.rand(3))
+
+    other = Tied()
+    fresh = _run_state(other, seed=99)
+    fresh.load(path, other)
+    assert torch.equal(other.emb.weight, model.emb.weight)
+    assert (fresh.update, fresh.version, fresh.dropped, fresh.evals) == (3, 3, 1, {"before": {"pass@1": 0.25}})
+    assert fresh.optimizer.param_groups[0]["lr"] == 0.5e-2 == state.optimizer.param_groups[0]["lr"]
+    assert fresh.buffer.remaining == 1 and torch.equal(fresh.buffer.take().input_ids, _batch().rows(2, 4).input_ids)
+    again = (torch.rand(2, generator=fresh.generator), fresh.stream.next(5), torch.rand(3))
+    assert torch.equal(after[0], again[0]) and after[1] == again[1] and torch.equal(after[2], again[2])
 
 
 def test_keeps_newest_and_ignores_partial_temp_dirs(tmp_path):

@@ -15,7 +15,7 @@ from respo.runtime.models import build_policy
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
-from respo.train.trainer import Policy, _optimizer, recompute_logp, rollout_batch, update_step
+from respo.train.trainer import Policy, make_optimizer, recompute_logp, rollout_batch, update_step
 
 torch.set_num_threads(1)
 
@@ -54,16 +54,17 @@ def test_on_policy_first_update_has_log_w_exactly_zero_for_every_objective(setup
     assert batch.adv.abs().sum() > 0  # real learning signal
     for name in sorted(respo.OBJECTIVES):
         model = copy.deepcopy(setup[0].model)
-        opt, sched = _optimizer(model, cfg)
+        opt, sched = make_optimizer(model, cfg)
         c = apply_overrides(cfg, {"objective": name, "objective_kwargs": KWARGS.get(name, {})})
-        m = update_step(model, opt, sched, batch, c)
+        m, _ = update_step(model, opt, sched, batch, c)
         assert float(m["log_w/min"]) == 0.0 and float(m["log_w/max"]) == 0.0, name
         assert torch.isfinite(m["loss"]) and float(m["grad_norm"]) > 0, name
 
 
 def test_on_policy_shortcut_equals_recomputation(setup):
     # The sync loop skips recomputing old_logp for the first mini-batch of a rollout step and takes the
-    # detached training forward instead: the update must be bitwise the same as with the recomputation.
+    # detached training forward instead: the update must be bitwise the same as with the recomputation,
+    # the old_logp it returns must be the recomputation, and the batch it was given is left untouched.
     cfg = _cfg(micro_batch=4)
     batch = _rollout(setup, cfg, cfg.prompts)
     weights = []
@@ -72,11 +73,12 @@ def test_on_policy_shortcut_equals_recomputation(setup):
         if on_policy:
             b.old_logp = torch.zeros_like(b.mask)
         model = copy.deepcopy(setup[0].model)
-        opt, sched = _optimizer(model, cfg)
-        update_step(model, opt, sched, b, cfg, on_policy=on_policy)
+        opt, sched = make_optimizer(model, cfg)
+        _, old_logp = update_step(model, opt, sched, b, cfg, on_policy=on_policy)
         weights.append([p.detach().clone() for p in model.parameters()])
+        assert torch.equal(old_logp, batch.old_logp)
         if on_policy:
-            assert torch.equal(b.old_logp, batch.old_logp)
+            assert torch.equal(b.old_logp, torch.zeros_like(b.mask))
     assert all(torch.equal(a, b) for a, b in zip(*weights))
 
 
@@ -86,10 +88,10 @@ def test_staleness_k_minus_1_changes_log_w(setup):
     cfg = _cfg(reuse=2)
     batch = _rollout(setup, cfg, cfg.rollout_prompts)
     model = copy.deepcopy(setup[0].model)
-    opt, sched = _optimizer(model, cfg)
+    opt, sched = make_optimizer(model, cfg)
     rows = cfg.mini_batch_seqs
-    m1 = update_step(model, opt, sched, batch.rows(0, rows), cfg)
-    m2 = update_step(model, opt, sched, batch.rows(rows, 2 * rows), cfg)
+    m1, _ = update_step(model, opt, sched, batch.rows(0, rows), cfg)
+    m2, _ = update_step(model, opt, sched, batch.rows(rows, 2 * rows), cfg)
     assert float(m1["log_w/min"]) == 0.0 == float(m1["log_w/max"])
     assert float(m2["log_w/max"]) - float(m2["log_w/min"]) > 0
 
@@ -107,7 +109,7 @@ def test_micro_batching_does_not_change_the_update(setup, agg):
         c = apply_overrides(cfg, {"micro_batch": micro})
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: 1.0)
-        m = update_step(model, opt, sched, batch, c)
+        m, _ = update_step(model, opt, sched, batch, c)
         after.append((torch.cat([p.detach().flatten() for p in model.parameters()]), m))
     (w0, m0), (w1, m1) = after
     assert torch.allclose(m0["loss"], m1["loss"], atol=1e-6, rtol=1e-5)
@@ -132,8 +134,8 @@ def test_moe_routing_recorded_replayed_and_shift_logged(replay):
     L, n_layers, k = batch.input_ids.shape[1], model.config.num_hidden_layers, model.config.num_experts_per_tok
     assert batch.routing is not None and tuple(batch.routing.shape) == (8, L, n_layers, k)
     batch.old_logp = recompute_logp(model, batch, cfg)
-    opt, sched = _optimizer(model, cfg)
-    m = update_step(model, opt, sched, batch, cfg)
+    opt, sched = make_optimizer(model, cfg)
+    m, _ = update_step(model, opt, sched, batch, cfg)
     assert float(m["log_w/min"]) == 0.0 == float(m["log_w/max"])
     assert 0.0 <= float(m["router_shift"]) < 0.05
     # per-layer shift and the rollout's expert load are logged too; with replay the training forward uses
@@ -175,3 +177,38 @@ def test_preset_from_scratch_gets_the_tasks_alphabet():
     assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
     # arithmetic tasks keep the small vocabulary (unchanged random-init models for the presets)
     assert len(load_run_policy(apply_overrides(TrainConfig(), {"warm_start": False})).tokenizer) == 4 + 22
+
+
+def test_train_leaves_threads_and_global_rngs_as_it_found_them(tmp_path):
+    # The run seeds torch/random/numpy and sets cfg.threads while it runs, and puts all of them back.
+    import random
+
+    import numpy as np
+
+    from respo.train.trainer import train
+
+    threads = torch.get_num_threads()
+    torch.manual_seed(7), random.seed(7), np.random.seed(7)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(7), random.seed(7), np.random.seed(7)
+    train(_cfg(updates=1, threads=threads + 1, out_dir=str(tmp_path / "r")))
+    assert torch.get_num_threads() == threads
+    drawn = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]
+
+
+def test_model_directory_kind_is_decided_by_its_files(tmp_path):
+    # A directory with a warm start's info file loads as a warm start; a broken one raises instead of
+    # falling back to a plain Hugging Face load. A plain saved model loads without the info file.
+    from respo.runtime.sft import INFO_FILE
+    from respo.train.trainer import load_run_policy
+
+    tok = build_char_tokenizer()
+    build_policy("tiny-dense", tok, seed=0).save_pretrained(tmp_path / "plain")
+    tok.save_pretrained(tmp_path / "plain")
+    policy = load_run_policy(apply_overrides(TrainConfig(), {"model": str(tmp_path / "plain")}))
+    assert policy.info == {"source": "dir", "path": str(tmp_path / "plain")}
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / INFO_FILE).write_text("{}")
+    with pytest.raises((OSError, ValueError)):  # no tokenizer files: the real error surfaces
+        load_run_policy(apply_overrides(TrainConfig(), {"model": str(tmp_path / "broken")}))

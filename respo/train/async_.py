@@ -24,6 +24,10 @@ import torch
 
 __all__ = ["AsyncRollouts"]
 
+POLL_S = 0.05  # how often a blocked put/get wakes up to check for stop requests and worker errors
+TAKE_TIMEOUT_S = 600.0  # the learner gives up when no batch arrives for this long
+JOIN_TIMEOUT_S = 60.0  # stop() waits this long for the worker to finish its current batch
+
 
 class AsyncRollouts:
     """A rollout worker thread feeding a bounded queue, with weight sync and staleness-based dropping.
@@ -70,7 +74,7 @@ class AsyncRollouts:
                 self.produced += 1
                 while not self._stop.is_set():
                     try:
-                        self._queue.put(item, timeout=0.05)
+                        self._queue.put(item, timeout=POLL_S)
                         break
                     except queue.Full:
                         continue
@@ -88,7 +92,7 @@ class AsyncRollouts:
         with self._lock:
             self._pending = (version, copy)
 
-    def take(self, current_version: int, timeout: float = 600.0) -> tuple[Any, int]:
+    def take(self, current_version: int, timeout: float = TAKE_TIMEOUT_S) -> tuple[Any, int]:
         """Next batch whose staleness ``current_version - version`` is <= max_staleness.
 
         Returns:
@@ -99,9 +103,9 @@ class AsyncRollouts:
             if self._error is not None:
                 raise RuntimeError("the rollout worker failed") from self._error
             try:
-                item = self._queue.get(timeout=0.05)
+                item = self._queue.get(timeout=POLL_S)
             except queue.Empty:
-                timeout -= 0.05
+                timeout -= POLL_S
                 if timeout <= 0:
                     raise TimeoutError("no rollout batch arrived from the worker") from None
                 continue
@@ -116,7 +120,7 @@ class AsyncRollouts:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=JOIN_TIMEOUT_S)
 
     @property
     def queued(self) -> int:

@@ -16,6 +16,9 @@ anything.
 When: every ``checkpoint_every`` updates, at the end of a run, and on SIGINT/SIGTERM (the trainer
 finishes the current update first, so the checkpoint is always at an update boundary).
 
+What is saved besides the weights is `RunState`: counters, optimizer and scheduler, every RNG, the
+data cursor and the rollout buffer.
+
 Buffer rule: in sync mode the unconsumed mini-batches of the current rollout step are saved, so
 resume is bitwise. In async mode the rollout worker's queue is *not* saved: on resume the worker
 restarts from the learner's current weights (documented in `respo.train.async_`).
@@ -30,6 +33,7 @@ import os
 import random
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +41,14 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "latest_checkpoint", "verify_checkpoint", "rng_state",
-           "set_rng_state", "FORMAT"]
+from respo.train.buffer import PromptStream, RolloutBuffer
+
+__all__ = ["CheckpointError", "RunState", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+           "verify_checkpoint", "rng_state", "set_rng_state", "FORMAT"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+HASH_CHUNK_BYTES = 1 << 20  # files are hashed 1 MiB at a time
 
 
 class CheckpointError(RuntimeError):
@@ -51,7 +58,7 @@ class CheckpointError(RuntimeError):
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+        for chunk in iter(lambda: fh.read(HASH_CHUNK_BYTES), b""):
             h.update(chunk)
     return h.hexdigest()
 
@@ -183,3 +190,47 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {str(path)!r}: trainer state is for update {state.get('update')}, "
                               f"manifest says {manifest['update']}")
     return state
+
+
+@dataclass
+class RunState:
+    """Everything of a run that changes from update to update, besides the weights.
+
+    ``update`` counts optimizer steps, ``version`` the policy versions (one per update), ``dropped``
+    the async batches dropped as too stale, ``evals`` the held-out evaluations so far. `state_dict` /
+    `load_state_dict` round-trip all of it, together with the global RNGs (torch, python, numpy),
+    so a resumed sync run continues bitwise.
+    """
+
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # torch.optim.lr_scheduler.LRScheduler
+    stream: PromptStream  # the data cursor
+    buffer: RolloutBuffer  # sync mode: the unconsumed mini-batches of the current rollout step
+    generator: torch.Generator  # the sampling generator
+    update: int = 0
+    version: int = 0
+    dropped: int = 0
+    evals: dict[str, Any] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"update": self.update, "version": self.version, "dropped": self.dropped,
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "rng": rng_state(self.generator), "cursor": self.stream.state(), "buffer": self.buffer.state(),
+                "evals": self.evals}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"], self.generator)
+        self.stream.load_state(state["cursor"])
+        self.buffer.load_state(state["buffer"])
+        self.update, self.version, self.dropped = state["update"], state["version"], state["dropped"]
+        self.evals = state.get("evals", {})
+
+    def save(self, ckpt_root: str | Path, model: torch.nn.Module, *, keep: int) -> Path:
+        """Checkpoint ``model`` and this state as ``update-<update>`` under ``ckpt_root``."""
+        return save_checkpoint(ckpt_root, self.update, model, self.state_dict(), keep=keep)
+
+    def load(self, path: str | Path, model: torch.nn.Module) -> None:
+        """Verify checkpoint ``path``, load its weights into ``model`` and its state into this one."""
+        self.load_state_dict(load_checkpoint(path, model))

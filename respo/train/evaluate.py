@@ -16,9 +16,15 @@ from typing import Sequence
 
 import torch
 
+from respo.runtime.sampler import sample
 from respo.runtime.tasks import score_rollout
 
-__all__ = ["pass_at_k", "evaluate_policy", "summarize_correct", "paired_difference"]
+__all__ = ["pass_at_k", "evaluate_policy", "summarize_correct", "paired_difference", "evaluate_held_out",
+           "eval_record", "EVAL_SEED"]
+
+EVAL_SEED = 1234  # held-out examples and eval sampling do not depend on the run seed
+EVAL_TEMPERATURE = 1.0  # held-out samples come from the policy itself, whatever the run's temperature
+GREEDY_TOP_P = 1e-9  # nucleus sampling that keeps only the arg-max token: greedy decoding
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -65,11 +71,9 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
 
     Returns:
         ``mean@k`` (+ ``_se``), ``pass@j`` for j in {1, 2, 4, 8, k} up to k (+ ``_se``), the mean
-        response length, and ``greedy_acc`` (+ ``_se``) when ``greedy`` (top_p -> 0 keeps only the
+        response length, and ``greedy_acc`` (+ ``_se``) when ``greedy`` (`GREEDY_TOP_P` keeps only the
         arg-max token, i.e. greedy decoding).
     """
-    from respo.runtime.sampler import sample
-
     was_training = model.training
     model.eval()
     try:
@@ -89,9 +93,27 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
             for i in range(0, len(examples), batch_rows):
                 chunk = examples[i:i + batch_rows]
                 ro = sample(model, tokenizer, [ex.prompt for ex in chunk], max_new_tokens=max_new_tokens,
-                            temperature=1.0, top_p=1e-9, generator=generator)
+                            temperature=1.0, top_p=GREEDY_TOP_P, generator=generator)
                 acc += [float(r > 0) for r in score_rollout(task, ro, chunk)]
             out["greedy_acc"], out["greedy_acc_se"] = _mean_se(acc)
         return out
     finally:
         model.train(was_training)
+
+
+def evaluate_held_out(policy, task, examples, cfg) -> dict:
+    """A run's held-out evaluation: ``cfg.eval_k`` samples per example at `EVAL_TEMPERATURE`, drawn
+    from a generator seeded with `EVAL_SEED` (the same draws before, during and after training).
+
+    Args:
+        policy: anything with ``model`` and ``tokenizer`` (a `respo.train.policy.Policy`).
+        cfg: the run's `TrainConfig` (``eval_k``, ``max_new_tokens``).
+    """
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    return evaluate_policy(policy.model, policy.tokenizer, task, examples, k=cfg.eval_k,
+                           max_new_tokens=cfg.max_new_tokens, temperature=EVAL_TEMPERATURE, generator=gen)
+
+
+def eval_record(ev: dict) -> dict:
+    """The scalar part of an evaluation as ``eval/<name>`` metrics (per-prompt lists left out)."""
+    return {f"eval/{k}": v for k, v in ev.items() if not isinstance(v, list)}

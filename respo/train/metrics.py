@@ -1,15 +1,31 @@
-"""Per-update metrics: JSON lines (always) and TensorBoard events (when tensorboard is installed)."""
+"""Per-update metrics: JSON lines (always) and TensorBoard events (when tensorboard is installed),
+phase timing, and a finished run's ``summary.json``."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
+import numpy as np
 import torch
 
-__all__ = ["MetricsLogger", "to_float", "read_jsonl"]
+__all__ = ["MetricsLogger", "to_float", "read_jsonl", "timed", "write_summary"]
+
+LATE_FRACTION = 8  # "late mean": the mean training score over the last 1/8 of the updates (128 of 1,024)
+
+
+@contextmanager
+def timed(record: dict[str, Any], phase: str) -> Iterator[None]:
+    """Wall time of the block, in seconds, written to ``record[f"time/{phase}"]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        record[f"time/{phase}"] = time.perf_counter() - t0
 
 
 def to_float(v: Any) -> Any:
@@ -74,3 +90,29 @@ class MetricsLogger:
         self._fh.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: int, wall: float) -> None:
+    """``summary.json``: staleness reached, first and late training score, held-out evaluations, wall time."""
+    run_dir = Path(run_dir)
+    recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "event" not in r]
+    scores = [r["score"] for r in recs if r.get("score") is not None]
+    late = scores[-max(1, len(scores) // LATE_FRACTION):] if scores else []
+    summary = {
+        "updates": update,
+        "objective": cfg.objective,
+        "reuse": cfg.reuse,
+        "mode": cfg.mode,
+        "lr": cfg.lr,
+        "seed": cfg.seed,
+        "staleness_mean": float(np.mean([r["staleness_mean"] for r in recs])) if recs else None,
+        "staleness_max": max((r["staleness_max"] for r in recs), default=None),
+        "dropped": dropped,
+        "score_first": scores[0] if scores else None,
+        "score_late_mean": float(np.mean(late)) if late else None,
+        "eval_before": evals.get("before"),
+        "eval_after": evals.get("after"),
+        "evals": {k: v for k, v in evals.items() if k not in ("before", "after")},
+        "wall_s": wall,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=to_float))

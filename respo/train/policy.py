@@ -1,0 +1,63 @@
+"""The policy a run trains: a preset (random init or warm-started by SFT) or a model directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from respo.runtime import models
+from respo.runtime.sft import INFO_FILE, load_policy, warm_start
+from respo.runtime.tasks import get_task
+from respo.runtime.tokenizer import build_char_tokenizer
+from respo.train.config import TrainConfig
+
+__all__ = ["Policy", "load_run_policy"]
+
+WARM_START_SEED = 0  # one cached warm start per (task, preset), shared by every run seed
+
+
+class Policy:
+    """The model, its tokenizer, and where they came from."""
+
+    def __init__(self, model, tokenizer, info: dict):
+        self.model, self.tokenizer, self.info = model, tokenizer, info
+
+
+def load_run_policy(cfg: TrainConfig) -> Policy:
+    """Preset + warm start (cached SFT), preset from scratch, or a local model directory.
+
+    A directory holding a warm start's info file is loaded as a warm start (its tokenizer is
+    left-padded); any other directory as a plain Hugging Face model and tokenizer.
+    """
+    if cfg.model in models.PRESETS:
+        if cfg.warm_start:
+            ws = warm_start(cfg.task, cfg.model, cfg.cache_dir, seed=WARM_START_SEED, **_warm_kwargs(cfg))
+            model, tok, info = load_policy(ws.path)
+            return Policy(model, tok, {"source": "warm_start", "path": str(ws.path), **_jsonable(info)})
+        tok = build_char_tokenizer(get_task(cfg.task, **cfg.task_kwargs).alphabet)
+        model = models.build_policy(cfg.model, tok, seed=cfg.seed)
+        return Policy(model, tok, {"source": "preset", "preset": cfg.model})
+    path = Path(cfg.model)
+    if (path / INFO_FILE).is_file():
+        model, tok, info = load_policy(path)
+        return Policy(model, tok, {"source": "dir", "path": str(path), **_jsonable(info)})
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = models.build_policy(path, tok)
+    return Policy(model, tok, {"source": "dir", "path": str(path)})
+
+
+def _warm_kwargs(cfg: TrainConfig) -> dict:
+    """The warm start is trained on exactly the task the run trains on (same task kwargs; the overlong
+    penalty only changes rewards, so it is left out of the warm-start cache key)."""
+    return {"task_kwargs": {k: v for k, v in cfg.task_kwargs.items() if k != "overlong"}}
+
+
+def _jsonable(info: Any) -> dict:
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        info = getattr(info, "__dict__", {"info": str(info)})
+    return json.loads(json.dumps(info, default=str))
