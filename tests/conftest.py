@@ -13,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP, "inductor"))
 
-# One intra-op thread: the tiny models here gain nothing from two, and on a loaded 2-core machine two
+# One intra-op thread: the tiny models here gain nothing from two, and on a small machine two
 # threads per process made the runtime tests ~15x slower. Subprocesses set their own thread count.
 import torch  # noqa: E402
 

@@ -263,7 +263,8 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
 
     from respo.runtime.tasks import get_task
     from respo.train.config import load_config
-    from respo.train.trainer import EVAL_SEED, _evaluate, load_run_policy
+    from respo.train.evaluate import EVAL_SEED, evaluate_held_out
+    from respo.train.policy import load_run_policy
 
     seen = set()
     for s in specs:
@@ -278,7 +279,7 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
         t0 = time.perf_counter()
         policy = load_run_policy(cfg)
         task = get_task(cfg.task, **cfg.task_kwargs)
-        ev = _evaluate(policy, task, task.examples("test", cfg.eval_prompts, EVAL_SEED), cfg)
+        ev = evaluate_held_out(policy, task, task.examples("test", cfg.eval_prompts, EVAL_SEED), cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
                                    "policy": policy.info, "eval": ev}, indent=1, default=str))

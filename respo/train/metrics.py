@@ -13,9 +13,10 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
+from respo.train.scores import late_mean
+
 __all__ = ["MetricsLogger", "to_float", "read_jsonl", "timed", "write_summary"]
 
-LATE_FRACTION = 8  # "late mean": the mean training score over the last 1/8 of the updates (128 of 1,024)
 
 
 @contextmanager
@@ -97,7 +98,6 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
     run_dir = Path(run_dir)
     recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "event" not in r]
     scores = [r["score"] for r in recs if r.get("score") is not None]
-    late = scores[-max(1, len(scores) // LATE_FRACTION):] if scores else []
     summary = {
         "updates": update,
         "objective": cfg.objective,
@@ -109,7 +109,7 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
         "staleness_max": max((r["staleness_max"] for r in recs), default=None),
         "dropped": dropped,
         "score_first": scores[0] if scores else None,
-        "score_late_mean": float(np.mean(late)) if late else None,
+        "score_late_mean": late_mean(scores) if scores else None,
         "eval_before": evals.get("before"),
         "eval_after": evals.get("after"),
         "evals": {k: v for k, v in evals.items() if k not in ("before", "after")},

@@ -37,7 +37,6 @@ __all__ = ["train", "load_run_policy", "rollout_batch", "recompute_logp", "updat
 
 NUMPY_SEED_RANGE = 2**32  # numpy's legacy seeding takes seeds in [0, 2**32)
 
-_evaluate = evaluate_held_out  # old name, still imported by respo.study.sweep; use evaluate_held_out
 
 
 def train(cfg: TrainConfig, *, resume: bool = False) -> Path:
