@@ -21,6 +21,8 @@ import json
 import sys
 from pathlib import Path
 
+from respo.errors import RespoError
+
 __all__ = ["main", "build_parser"]
 
 EXTENSIONS = ("respo.study.cli", "respo.runtime.sft")
@@ -157,13 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from respo.train.checkpoint import CheckpointError
-    from respo.train.config import ConfigError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CheckpointError) as err:
+    except RespoError as err:
         print(f"respo {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # train() has written a checkpoint at the last update boundary

@@ -26,6 +26,7 @@ restarts from the learner's current weights (documented in `respo.train.async_`)
 
 from __future__ import annotations
 
+
 import hashlib
 import io
 import json
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
+from respo.errors import RespoError
 from respo.train.buffer import PromptStream, RolloutBuffer
 
 __all__ = ["CheckpointError", "RunState", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
@@ -51,7 +53,7 @@ MANIFEST = "manifest.json"
 HASH_CHUNK_BYTES = 1 << 20  # files are hashed 1 MiB at a time
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RespoError, RuntimeError):
     """A checkpoint is missing, partial or corrupt."""
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from respo.errors import RespoError
+
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides"]
 
 GROUP_ADVANTAGES = ("grpo", "drgrpo", "rloo")
@@ -28,7 +30,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 MODES = ("sync", "async")
 
 
-class ConfigError(ValueError):
+class ConfigError(RespoError, ValueError):
     """A configuration that cannot run; the message lists every problem found."""
 
 
