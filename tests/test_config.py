@@ -51,8 +51,8 @@ def test_each_problem_is_named(overrides, needle):
     assert needle in str(err.value)
 
 
-def test_bad_hyperparameter_value_is_caught_by_running_the_objective():
-    # ReSPO's positive branch needs alpha > 0 (DESIGN.md): alpha = -1 must fail before training.
+def test_bad_hyperparameter_value_is_caught_when_the_objective_is_built():
+    # ReSPO's positive branch needs alpha > 0: alpha = -1 must fail before training.
     with pytest.raises(ConfigError, match="rejects objective_kwargs"):
         validate(apply_overrides(TrainConfig(), {"objective_kwargs": {"pos": [-1.0, 0.5, 2.0]}}))
 
