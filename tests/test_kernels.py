@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from respo import respo_kernel, respo_phi, two_branch, vespo_phi
-from respo.core.objectives import kernel_from_spec
+from respo.core.kernels import kernel_from_spec
 
 E = math.e
 f64 = torch.float64

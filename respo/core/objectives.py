@@ -44,7 +44,6 @@ References:
 from __future__ import annotations
 
 import inspect
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple, Union
 
@@ -53,8 +52,8 @@ import torch
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
 from respo.core.checks import LossInputs, check_inputs
 from respo.core.diagnostics import weight_diagnostics
-from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, respo_kernel, truncated_kernel,
-                                two_branch, unit_kernel, vespo_kernel)  # fmt: skip
+from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
+                                truncated_kernel, two_branch, unit_kernel, vespo_kernel)  # fmt: skip
 from respo.core.ratios import LOG_W_CLAMP, sequence_log_ratio, token_log_ratio
 
 Metrics = Dict[str, torch.Tensor]
@@ -140,36 +139,6 @@ def _ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float):
     l1 = -adv * ratio
     l2 = -adv * ratio.clamp(1 - low, 1 + high)
     return l1, l2, torch.maximum(l1, l2)
-
-
-_SPEC = re.compile(r"^\s*(respo|vespo|unit|truncated|topr)\s*(?:\(([^)]*)\))?\s*$")
-_SPEC_MAKERS = {"respo": (respo_kernel, 3), "vespo": (vespo_kernel, 2), "unit": (unit_kernel, 0), "truncated": (truncated_kernel, 1)}
-
-
-def kernel_from_spec(spec: Union[str, Kernel]) -> Kernel:
-    """A kernel from a callable or a string: ``respo(2,0.5,2)``, ``vespo(3,2)``, ``unit``, ``truncated(1)``.
-
-    Strings let configs and the command line pick the kernel of each advantage sign (branch ablations).
-    """
-    if callable(spec):
-        return spec
-    if not isinstance(spec, str):
-        raise TypeError(f"a kernel must be a callable log_w -> phi or a spec string, got {type(spec).__name__}")
-    match = _SPEC.match(spec)
-    if not match:
-        raise ValueError(
-            f"bad kernel spec {spec!r}; expected respo(alpha,beta,lambda), vespo(k,lambda), unit or truncated(max_w)"
-        )
-    name, args = match.group(1), match.group(2)
-    try:
-        nums = [float(a) for a in args.split(",")] if args and args.strip() else []
-    except ValueError:
-        raise ValueError(f"bad kernel spec {spec!r}: arguments must be numbers") from None
-    name = "truncated" if name == "topr" else name
-    maker, max_args = _SPEC_MAKERS[name]
-    if len(nums) > max_args:
-        raise ValueError(f"bad kernel spec {spec!r}: {name} takes at most {max_args} argument(s)")
-    return maker(*nums)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -449,46 +418,9 @@ class Objective:
             )
         return check_agg_mode(mode)
 
-    def __call__(
-        self,
-        logp: torch.Tensor,
-        old_logp: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        *,
-        loss_agg_mode: Optional[str] = None,
-        rollout_log_ratio: Optional[torch.Tensor] = None,
-        global_tokens=None,
-        global_seqs=None,
-        loss_scale_factor: Optional[float] = None,
-        nan_policy: str = "raise",
-        diagnostics: bool = True,
-    ) -> Tuple[torch.Tensor, Metrics]:
-        """The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics."""
-        mode = self.agg_mode(loss_agg_mode)
-        inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-        log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
-        term = self.term(inputs, log_ratio, _rollout_weight(inputs))
-        if self.per_sequence:
-            loss = agg_seq(term.values, inputs.mask.sum(dim=-1), global_seqs=global_seqs)
-        else:
-            loss = agg_loss(
-                term.values, inputs.mask, mode,
-                global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
-            )  # fmt: skip
-        metrics: Metrics = {
-            "loss": loss.detach(),
-            "bad_rows/nonfinite": inputs.n_nonfinite,
-            "bad_rows/empty": inputs.n_empty,
-            "n_tokens": inputs.mask.sum(),
-        }
-        if diagnostics:
-            log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
-            coef = term.coef if term.coef.dim() == 1 else _seq_mean(term.coef, inputs.mask)  # (B,)
-            token_log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
-            metrics.update(weight_diagnostics(log_w, coef, inputs.seq_adv, inputs.mask, token_log_ratio=token_log_r))
-        metrics.update({k: v.detach() for k, v in term.metrics.items()})
-        return loss, metrics
+    def __call__(self, logp, old_logp, advantages, mask, **common) -> Tuple[torch.Tensor, Metrics]:
+        """``policy_loss`` of this objective: ``common`` are the keyword arguments every objective takes."""
+        return policy_loss(self, logp, old_logp, advantages, mask, **common)
 
 
 def build_objective(name: str, **hparams) -> Objective:
@@ -506,7 +438,7 @@ def build_objective(name: str, **hparams) -> Objective:
 
 
 def policy_loss(
-    name: str,
+    name: Union[str, Objective],
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
@@ -524,7 +456,7 @@ def policy_loss(
     """Loss and metrics of the objective ``name`` (see the module docstring for the list).
 
     Args:
-      name: objective name, a key of ``OBJECTIVES``.
+      name: objective name, a key of ``OBJECTIVES``, or an ``Objective`` from ``build_objective``.
       logp: (B, T) log π_θ of the response tokens, with grad.
       old_logp: (B, T) log π_old (behaviour policy as recomputed by the trainer).
       advantages: (B,) sequence advantages or (B, T) token advantages.
@@ -541,12 +473,38 @@ def policy_loss(
     Returns:
       (loss 0-d tensor with grad, metrics dict of detached 0-d tensors).
     """
-    return build_objective(name, **hparams)(
-        logp, old_logp, advantages, mask,
-        loss_agg_mode=loss_agg_mode, rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens,
-        global_seqs=global_seqs, loss_scale_factor=loss_scale_factor, nan_policy=nan_policy,
-        diagnostics=diagnostics,
-    )  # fmt: skip
+    if isinstance(name, Objective):
+        if hparams:
+            raise ValueError(f"unknown keyword argument(s) {sorted(hparams)}: the hyperparameters of a built "
+                             f"objective ({name.name!r}) are set by build_objective")  # fmt: skip
+        objective = name
+    else:
+        objective = build_objective(name, **hparams)
+    # The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics.
+    mode = objective.agg_mode(loss_agg_mode)
+    inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
+    log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
+    term = objective.term(inputs, log_ratio, _rollout_weight(inputs))
+    if objective.per_sequence:
+        loss = agg_seq(term.values, inputs.mask.sum(dim=-1), global_seqs=global_seqs)
+    else:
+        loss = agg_loss(
+            term.values, inputs.mask, mode,
+            global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
+        )  # fmt: skip
+    metrics: Metrics = {
+        "loss": loss.detach(),
+        "bad_rows/nonfinite": inputs.n_nonfinite,
+        "bad_rows/empty": inputs.n_empty,
+        "n_tokens": inputs.mask.sum(),
+    }
+    if diagnostics:
+        log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
+        coef = term.coef if term.coef.dim() == 1 else _seq_mean(term.coef, inputs.mask)  # (B,)
+        token_log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
+        metrics.update(weight_diagnostics(log_w, coef, inputs.seq_adv, inputs.mask, token_log_ratio=token_log_r))
+    metrics.update({k: v.detach() for k, v in term.metrics.items()})
+    return loss, metrics
 
 
 def _loss_function(name: str) -> LossFn:
