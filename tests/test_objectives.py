@@ -429,6 +429,8 @@ def test_an_objective_is_policy_loss_without_the_name(name):
     b, mb = policy_loss(name, logp, old, adv, mask, rollout_log_ratio=rlr)
     assert a.item() == b.item() and list(ma) == list(mb)
     assert all(torch.equal(ma[k], mb[k]) or (ma[k].isnan() and mb[k].isnan()) for k in ma)
+    with pytest.raises(ValueError, match=r"\['tau'\].*set by build_objective"):
+        build_objective(name)(logp, old, adv, mask, tau=1.0)  # hyperparameters belong to the build
 
 
 def test_loss_functions_show_their_hyperparameters():
