@@ -9,7 +9,7 @@ independent) and, on CUDA, the peak allocated during the step.
     python benchmarks/bench_losses.py                  # B=512, T=2048 and B=8, T=65536 on the CPU
     python benchmarks/bench_losses.py --device cuda --repeats 50
 
-Target (issue #2): respo within 1.15x of the floor and no slower than verl's ``vanilla``.
+Target: respo within 1.15x of the floor and no slower than verl's ``vanilla``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from respo import OBJECTIVES, policy_loss
+from respo import OBJECTIVES, build_objective, policy_loss
 
 VERL_EQUIVALENT = {"grpo": "vanilla", "gspo": "gspo", "cispo": "cispo", "sapo": "sapo", "gmpo": "geo_mean"}
 
@@ -95,10 +95,12 @@ def respo_step(name: str, old, adv, mask, diagnostics: bool):
     return step
 
 
-def verl_step(verl_name: str, old, adv, mask):
+def verl_step(ours: str, old, adv, mask):
+    """verl's equivalent of our objective ``ours``, with our objective's default aggregation."""
     from verl.trainer.ppo import core_algos
     from verl.workers.config import FSDPActorConfig
 
+    verl_name = VERL_EQUIVALENT[ours]
     kw = {}
     if verl_name == "gspo":
         kw = dict(clip_ratio_low=3e-4, clip_ratio_high=4e-4)
@@ -109,7 +111,7 @@ def verl_step(verl_name: str, old, adv, mask):
     )
     fn = core_algos.get_policy_loss_fn(verl_name)
     adv_tok = adv.unsqueeze(-1).expand_as(old)
-    mode = "seq-mean-token-mean" if verl_name in ("gspo", "sapo", "geo_mean") else "token-mean"
+    mode = build_objective(ours).default_agg
 
     def step(x):
         return fn(old, x, adv_tok, mask, loss_agg_mode=mode, config=config)[0]
@@ -146,7 +148,7 @@ def main(argv=None) -> int:
         common = dict(B=B, T=T, device=args.device, dtype=args.dtype, threads=torch.get_num_threads(), diagnostics=diagnostics)
         steps: Dict[str, Callable] = {f"respo:{n}": respo_step(n, old, adv, mask, diagnostics) for n in sorted(OBJECTIVES)}
         if have_verl:
-            steps.update({f"verl:{theirs}": verl_step(theirs, old, adv, mask) for theirs in VERL_EQUIVALENT.values()})
+            steps.update({f"verl:{theirs}": verl_step(ours, old, adv, mask) for ours, theirs in VERL_EQUIVALENT.items()})
         med, peaks = time_round_robin(steps, logp, args.repeats, args.warmup)
         floor = med["respo:reinforce"]
         for key, t in med.items():

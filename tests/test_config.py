@@ -51,8 +51,8 @@ def test_each_problem_is_named(overrides, needle):
     assert needle in str(err.value)
 
 
-def test_bad_hyperparameter_value_is_caught_by_running_the_objective():
-    # ReSPO's positive branch needs alpha > 0 (DESIGN.md): alpha = -1 must fail before training.
+def test_bad_hyperparameter_value_is_caught_when_the_objective_is_built():
+    # ReSPO's positive branch needs alpha > 0: alpha = -1 must fail before training.
     with pytest.raises(ConfigError, match="rejects objective_kwargs"):
         validate(apply_overrides(TrainConfig(), {"objective_kwargs": {"pos": [-1.0, 0.5, 2.0]}}))
 
@@ -75,3 +75,14 @@ def test_unknown_field_and_wrong_type():
 def test_model_dir_without_config(tmp_path):
     with pytest.raises(ConfigError, match="has no config.json"):
         validate(apply_overrides(TrainConfig(), {"model": str(tmp_path)}))
+
+
+def test_objective_checks_come_from_the_core():
+    # gmpo aggregates per sequence: the core's Objective rejects token-mean, and validate reports it.
+    with pytest.raises(ConfigError, match="objective 'gmpo' rejects loss_agg_mode 'token-mean'.*per sequence"):
+        validate(apply_overrides(TrainConfig(), {"objective": "gmpo", "loss_agg_mode": "token-mean"}))
+    with pytest.raises(ConfigError, match="rejects objective_kwargs.*clip_ratio_c must be > 1"):
+        validate(apply_overrides(TrainConfig(), {"objective": "grpo", "objective_kwargs": {"clip_ratio_c": 0.5}}))
+    with pytest.raises(ConfigError, match="it accepts neg, pos"):
+        validate(apply_overrides(TrainConfig(), {"objective_kwargs": {"tau": 1.0}}))
+    validate(apply_overrides(TrainConfig(), {"objective": "gmpo", "loss_agg_mode": "seq-mean-token-mean"}))

@@ -295,6 +295,24 @@ def test_invalid_rollout_is_weights_are_named():
         rv.fold_rollout_is_weights(w, mask)
 
 
+def test_objectives_defaults_and_fold_come_from_the_core():
+    # verl gets the core's two-kernel objectives, their published defaults, and the core's fold.
+    assert sorted(rv.OBJECTIVES) == sorted(n for n in respo.OBJECTIVES if respo.build_objective(n).kernels is not None)
+    cfg = rv.RespoPolicyLossConfig()
+    assert (cfg.reshaped_pos, cfg.reshaped_neg) == tuple(respo.hyperparameters("reshaped").values())
+    lw = torch.log(torch.tensor([0.25, 1.0, 3.0], dtype=torch.float64))
+    for objective in rv.OBJECTIVES:
+        ours = rv.kernels_for(objective)
+        core = respo.sequence_kernels(objective)
+        assert all(torch.equal(a(lw), b(lw)) for a, b in zip(ours, core)), objective
+    w = torch.tensor([[2.0, 2.0, 0.0], [0.5, 4.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    for level in rv.ROLLOUT_IS_LEVELS:
+        a = rv.fold_rollout_is_weights(w, mask, level)
+        b = respo.fold_rollout_log_ratio(w, mask, level=level)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), level
+
+
 # ------------------------------------------------------------------------------------------------
 # Launch recipe: bash -n and a dry composition with verl's config (no GPU)
 # ------------------------------------------------------------------------------------------------

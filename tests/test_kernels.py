@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from respo import respo_kernel, respo_phi, two_branch, vespo_phi
-from respo.core.objectives import kernel_from_spec
+from respo.core.kernels import kernel_from_spec
 
 E = math.e
 f64 = torch.float64
@@ -67,7 +67,7 @@ def test_slopes_at_one_are_minus_half():
     [
         (PHI_POS, 0.01, 1.35907),  # (1.01/2)·e^0.99 = 0.505·2.69123 = 1.35907
         (PHI_POS, 2.0, 0.55182),  # (3/2)·e^−1 = 1.5·0.367879 = 0.55182
-        (PHI_NEG, 0.01, 0.604965),  # 0.1·e^(2·0.9) = 0.1·6.049647 = 0.6049647 (DESIGN.md rounds it to 0.60497)
+        (PHI_NEG, 0.01, 0.604965),  # 0.1·e^(2·0.9) = 0.1·6.049647 = 0.6049647
         (PHI_NEG, 4.0, 0.27067),  # 2·e^(2·(1−2)) = 2·e^−2 = 0.27067
     ],
 )

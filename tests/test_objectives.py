@@ -368,3 +368,102 @@ def test_sequence_kernels_is_the_one_mapping():
     assert pk(lw).tolist() == [1.0, 1.0] and nk(lw).tolist() == pytest.approx([0.01, 1.0])  # min(W, 1)
     with pytest.raises(ValueError, match="not a sequence-weight objective"):
         sequence_kernels("grpo")
+
+
+# --------------------------------------------------------------------------------------------------
+# Objectives built once: hyperparameters, default aggregation, the one pipeline
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_every_objective_lists_its_valid_hyperparameters(name):
+    # Calling <name>_loss directly with an unknown hyperparameter names the valid ones (or "none").
+    logp, old, adv, mask = random_batch()
+    listed = ", ".join(f"{k}={v!r}" for k, v in hyperparameters(name).items()) or "none"
+    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) \['tau'\]") as err:
+        OBJECTIVES[name](logp, old, adv, mask, tau=1)
+    assert str(err.value).endswith(f"valid: {listed}")
+
+
+def test_respo_loss_with_an_unknown_hyperparameter_lists_the_valid_ones():
+    from respo import respo_loss
+
+    logp, old, adv, mask = random_batch()
+    with pytest.raises(ValueError, match=r"\['tau'\] for objective 'respo'; valid: pos=\(2.0, 0.5, 2.0\), neg=\(1.0, 0.5, 2.0\)"):
+        respo_loss(logp, old, adv, mask, tau=1)
+
+
+def test_build_objective_checks_hyperparameters_once_and_gives_its_defaults():
+    from respo import build_objective
+
+    with pytest.raises(ValueError, match="clip_ratio_c must be > 1"):
+        build_objective("grpo", clip_ratio_c=0.5)  # no tensors needed to reject it
+    with pytest.raises(ValueError, match="beta"):
+        build_objective("respo", pos=(2.0, 1.5, 2.0))
+    with pytest.raises(ValueError, match="kernel spec"):
+        build_objective("reshaped", neg_kernel="respo(1")
+    with pytest.raises(ValueError, match="valid objectives: .*reinforce"):
+        build_objective("ppo2")
+    assert {n: build_objective(n).default_agg for n in ("respo", "grpo", "cispo", "gspo", "sapo", "gmpo")} == {
+        "respo": "token-mean", "grpo": "token-mean", "cispo": "token-mean",
+        "gspo": "seq-mean-token-mean", "sapo": "seq-mean-token-mean", "gmpo": "seq-mean-token-mean",
+    }  # fmt: skip
+    gmpo = build_objective("gmpo")
+    assert gmpo.agg_mode(None) == "seq-mean-token-mean"
+    with pytest.raises(ValueError, match="gmpo aggregates per sequence"):
+        gmpo.agg_mode("token-mean")
+    assert build_objective("sapo", tau_neg=2.0).hyperparameters == {"tau_pos": 1.0, "tau_neg": 1.05}  # the defaults
+    assert build_objective("grpo").kernels is None
+    pos_kernel, neg_kernel = build_objective("topr").kernels
+    lw = torch.log(torch.tensor([0.5, 4.0], dtype=f64))
+    assert pos_kernel(lw).tolist() == [1.0, 1.0] and neg_kernel(lw).tolist() == pytest.approx([0.5, 1.0])  # min(W, 1)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_an_objective_is_policy_loss_without_the_name(name):
+    from respo import build_objective
+
+    logp, old, adv, mask = random_batch(seed=13, scale=0.6)
+    rlr = 0.2 * torch.randn(*mask.shape, generator=torch.Generator().manual_seed(1), dtype=f64)
+    a, ma = build_objective(name)(logp, old, adv, mask, rollout_log_ratio=rlr)
+    b, mb = policy_loss(name, logp, old, adv, mask, rollout_log_ratio=rlr)
+    assert a.item() == b.item() and list(ma) == list(mb)
+    assert all(torch.equal(ma[k], mb[k]) or (ma[k].isnan() and mb[k].isnan()) for k in ma)
+    with pytest.raises(ValueError, match=r"\['tau'\].*set by build_objective"):
+        build_objective(name)(logp, old, adv, mask, tau=1.0)  # hyperparameters belong to the build
+
+
+def test_loss_functions_show_their_hyperparameters():
+    import inspect
+
+    from respo import grpo_loss, respo_loss
+
+    params = inspect.signature(respo_loss).parameters
+    assert list(params)[:6] == ["logp", "old_logp", "advantages", "mask", "pos", "neg"]
+    assert params["pos"].default == (2.0, 0.5, 2.0) and "nan_policy" in params
+    assert "clip_ratio_c" in inspect.signature(grpo_loss).parameters
+    assert respo_loss.__name__ == "respo_loss" and "ReSPO" in respo_loss.__doc__
+
+
+def test_fold_rollout_log_ratio_by_hand():
+    from respo import fold_rollout_log_ratio
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=f64)
+    w = torch.tensor([[2.0, 2.0, 2.0, 7.0], [0.5, 4.0, 9.0, 9.0]], dtype=f64)
+    # token: log ρ_it = log w_it on kept tokens, 0 elsewhere.
+    log_rho, kept = fold_rollout_log_ratio(w, mask, level="token")
+    assert log_rho.flatten().tolist() == pytest.approx([math.log(2)] * 3 + [0.0, math.log(0.5), math.log(4), 0, 0])
+    assert kept.tolist() == mask.tolist()
+    # sequence: row 0 carries one w = 2 on its 3 tokens: log 2 / 3 each, summing to log 2 once.
+    log_rho, _ = fold_rollout_log_ratio(w, mask, level="sequence")
+    assert log_rho[0].sum().item() == pytest.approx(math.log(2))
+    # auto: row 0 (all equal) is a sequence weight, row 1 (0.5 ≠ 4) token weights.
+    log_rho, _ = fold_rollout_log_ratio(w, mask)
+    assert log_rho[0, 0].item() == pytest.approx(math.log(2) / 3) and log_rho[1, 1].item() == pytest.approx(math.log(4))
+    # a zero weight leaves the mask; a negative weight on a valid token is an error naming the rows.
+    log_rho, kept = fold_rollout_log_ratio(torch.tensor([[1.0, 0.0]]), torch.ones(1, 2), level="token")
+    assert kept.tolist() == [[1.0, 0.0]] and log_rho.tolist() == [[0.0, 0.0]]
+    with pytest.raises(ValueError, match="my weights must be finite and >= 0 on valid tokens; 1 row"):
+        fold_rollout_log_ratio(torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), name="my weights")
+    with pytest.raises(ValueError, match="level must be one of"):
+        fold_rollout_log_ratio(w, mask, level="row")

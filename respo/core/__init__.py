@@ -17,8 +17,20 @@ from respo.core.kernels import (
     vespo_kernel,
     vespo_phi,
 )
+from respo.core.moe_diagnostics import (
+    LoadBalance,
+    RouterShift,
+    expert_load,
+    load_balance,
+    missing_index,
+    moe_metrics,
+    router_shift,
+    routing_dtype,
+)
 from respo.core.objectives import (
     OBJECTIVES,
+    Objective,
+    build_objective,
     cispo_loss,
     get_objective,
     gmpo_loss,
@@ -35,13 +47,14 @@ from respo.core.objectives import (
     topr_loss,
     vespo_loss,
 )
-from respo.core.ratios import sequence_log_ratio, token_log_ratio
+from respo.core.ratios import fold_rollout_log_ratio, sequence_log_ratio, token_log_ratio
 
 __all__ = [
-    "ADVANTAGE_KINDS", "AGG_MODES", "OBJECTIVES", "RESPO_NEG", "RESPO_POS", "VESPO_NEG", "VESPO_POS",
-    "agg_loss", "cispo_loss", "get_objective", "gmpo_loss", "group_advantages", "grpo_loss", "gspo_loss",
+    "ADVANTAGE_KINDS", "AGG_MODES", "OBJECTIVES", "Objective", "RESPO_NEG", "RESPO_POS", "VESPO_NEG", "VESPO_POS",
+    "agg_loss", "build_objective", "cispo_loss", "fold_rollout_log_ratio", "get_objective", "gmpo_loss", "group_advantages", "grpo_loss", "gspo_loss",
     "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_kernel",
     "respo_loss", "respo_phi", "sapo_loss", "sequence_kernels", "sequence_log_ratio", "token_log_ratio", "topr_loss",
     "truncated_kernel", "two_branch", "unit_kernel", "vespo_kernel", "vespo_loss", "vespo_phi",
-    "weight_diagnostics",
+    "weight_diagnostics", "LoadBalance", "RouterShift", "expert_load", "load_balance", "missing_index", "moe_metrics",
+    "router_shift", "routing_dtype",
 ]  # fmt: skip

@@ -1,6 +1,6 @@
 """Input validation for the core: clear errors that name the problem and count the rows.
 
-Every objective validates its tensors once, up front. Two policies for bad rows:
+The objective pipeline checks its tensors once, up front (``check_inputs``). Two policies for bad rows:
 
 - ``nan_policy="raise"`` (default): a non-finite ``logp``/``old_logp``/``advantages`` value on a
   valid token, or a row with no valid token, raises ``ValueError`` naming the tensor and the number
@@ -23,9 +23,9 @@ import torch
 NAN_POLICIES = ("raise", "mask")
 
 
-@dataclass
-class Batch:
-    """Validated, sanitised inputs of one objective call."""
+@dataclass(frozen=True)
+class LossInputs:
+    """Checked, sanitised inputs of one objective call."""
 
     logp: torch.Tensor  # (B, T), keeps the autograd graph
     old_logp: torch.Tensor  # (B, T), detached
@@ -58,14 +58,14 @@ def _as_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.to(dtype)
 
 
-def validate(
+def check_inputs(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     rollout_log_ratio: Optional[torch.Tensor] = None,
     nan_policy: str = "raise",
-) -> Batch:
+) -> LossInputs:
     """Check shapes, dtypes and values; return sanitised tensors (see module docstring)."""
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
@@ -108,7 +108,7 @@ def validate(
     if bool(torch.isfinite(probe) & (n_tok > 0).all()):
         seq_adv = adv[:, 0] if seq_level_adv else (adv * m).sum(dim=-1) / n_tok
         nil = torch.zeros((), dtype=dtype, device=logp.device)
-        return Batch(logp, old_logp, adv, seq_adv, m, rlr, nil, nil.clone())
+        return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, nil, nil.clone())
 
     # Slow path: find the rows with a non-finite value on a valid token, and in which tensor.
     valid = m > 0  # (B, T)
@@ -145,4 +145,4 @@ def validate(
         seq_adv = adv[:, 0]  # (B,), exactly the given values (0 for dropped rows)
     else:
         seq_adv = adv.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,), masked token mean
-    return Batch(logp, old_logp, adv, seq_adv, m, rlr, n_bad.to(dtype), n_empty.to(dtype))
+    return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, n_bad.to(dtype), n_empty.to(dtype))

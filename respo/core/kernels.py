@@ -20,7 +20,8 @@ VESPO's gamma kernel: φ(W; k, λ) = W^k·exp(λ(1 − W)), log φ = k·log W + 
 Â ≥ 0 and (3, 2) for Â < 0.
 
 A *kernel* here is any function ``log_w (B,) -> phi (B,)``; ``respo_kernel``/``vespo_kernel`` build
-them, ``two_branch`` picks one per advantage sign. The public ``respo_phi``/``vespo_phi`` are detached
+them, ``kernel_from_spec`` builds one from a string such as ``respo(2,0.5,2)`` or ``truncated(1)``,
+``two_branch`` picks one per advantage sign. The public ``respo_phi``/``vespo_phi`` are detached
 coefficients; the kernels themselves are differentiable so their derivatives can be tested.
 
 References:
@@ -31,7 +32,8 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Callable, Tuple
+import re
+from typing import Callable, Tuple, Union
 
 import torch
 
@@ -182,3 +184,33 @@ def vespo_phi(
     """Detached VESPO coefficient φ_i = W^k·e^(λ(1−W)), (k, λ) by the sign of Â_i. Shapes (B,)."""
     with torch.no_grad():
         return two_branch(log_w.detach(), advantages.detach(), vespo_kernel(*pos), vespo_kernel(*neg))
+
+
+_SPEC = re.compile(r"^\s*(respo|vespo|unit|truncated|topr)\s*(?:\(([^)]*)\))?\s*$")
+_SPEC_MAKERS = {"respo": (respo_kernel, 3), "vespo": (vespo_kernel, 2), "unit": (unit_kernel, 0), "truncated": (truncated_kernel, 1)}
+
+
+def kernel_from_spec(spec: Union[str, Kernel]) -> Kernel:
+    """A kernel from a callable or a string: ``respo(2,0.5,2)``, ``vespo(3,2)``, ``unit``, ``truncated(1)``.
+
+    Strings let configs and the command line pick the kernel of each advantage sign (branch ablations).
+    """
+    if callable(spec):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"a kernel must be a callable log_w -> phi or a spec string, got {type(spec).__name__}")
+    match = _SPEC.match(spec)
+    if not match:
+        raise ValueError(
+            f"bad kernel spec {spec!r}; expected respo(alpha,beta,lambda), vespo(k,lambda), unit or truncated(max_w)"
+        )
+    name, args = match.group(1), match.group(2)
+    try:
+        nums = [float(a) for a in args.split(",")] if args and args.strip() else []
+    except ValueError:
+        raise ValueError(f"bad kernel spec {spec!r}: arguments must be numbers") from None
+    name = "truncated" if name == "topr" else name
+    maker, max_args = _SPEC_MAKERS[name]
+    if len(nums) > max_args:
+        raise ValueError(f"bad kernel spec {spec!r}: {name} takes at most {max_args} argument(s)")
+    return maker(*nums)

@@ -1,17 +1,23 @@
-"""Policy objectives: one small function per objective, all with one calling convention.
+"""Policy objectives: one pipeline, one small term per objective.
 
-Every objective has the signature
+Every objective is called the same way,
 
-    fn(logp, old_logp, advantages, mask, *, <its hyperparameters with published defaults>,
-       loss_agg_mode=None, rollout_log_ratio=None, global_tokens=None, global_seqs=None,
-       loss_scale_factor=None, nan_policy="raise", diagnostics=True) -> (loss, metrics)
+    loss, metrics = policy_loss(name, logp, old_logp, advantages, mask, *, <its hyperparameters>,
+                                loss_agg_mode=None, rollout_log_ratio=None, global_tokens=None,
+                                global_seqs=None, loss_scale_factor=None, nan_policy="raise",
+                                diagnostics=True)
 
-and, for the gradient, the form ∇L = −agg[c_it · Â_it · ∇logp_it] with an objective-specific,
-*detached* coefficient c (φ_i for the reshaped sequence objectives, r_it·1[not clipped] for PPO, …).
-``metrics["coef_mean"]`` and the starvation diagnostics use the per-sequence mean of c, so every
-objective is measured on the same scale.
+(or ``<name>_loss(logp, old_logp, advantages, mask, ...)``), and runs one pipeline:
 
-Sequence-weight objectives (REINFORCE-shaped, no clipping):
+    check_inputs → log r_it = clamp(logp − old_logp) → ρ_it = exp(log ρ_it) → term → agg → diagnostics
+
+An objective differs only in its *term*: the per-token loss ℓ_it (per-sequence for gmpo), the
+detached coefficient c of its gradient ∇L = −agg[c_it · Â_it · ∇logp_it], its default aggregation
+and its extra metrics. ``metrics["coef_mean"]`` and the starvation diagnostics use the
+per-sequence mean of c, so every objective is measured on the same scale. ``build_objective``
+checks the hyperparameters once and returns a frozen ``Objective``.
+
+Sequence-weight objectives (REINFORCE-shaped, no clipping; presets of ``reshaped``):
 
     reshaped   L = −agg[ φ_i Â_it logp_it ],  φ_i = K_sign(Â_i)(log W_i), detached, any two kernels
     respo      K⁺ = ReSPO(2, .5, 2),   K⁻ = ReSPO(1, .5, 2)
@@ -38,41 +44,48 @@ References:
 from __future__ import annotations
 
 import inspect
-import re
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
-from respo.core.checks import Batch, validate
+from respo.core.checks import LossInputs, check_inputs
 from respo.core.diagnostics import weight_diagnostics
-from respo.core.kernels import (
-    RESPO_NEG,
-    RESPO_POS,
-    VESPO_NEG,
-    VESPO_POS,
-    Kernel,
-    respo_kernel,
-    truncated_kernel,
-    two_branch,
-    unit_kernel,
-    vespo_kernel,
-)
-from respo.core.ratios import LOG_W_CLAMP, sequence_log_ratio
+from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
+                                truncated_kernel, two_branch, unit_kernel, vespo_kernel)  # fmt: skip
+from respo.core.ratios import LOG_W_CLAMP, sequence_log_ratio, token_log_ratio
 
 Metrics = Dict[str, torch.Tensor]
-Objective = Callable[..., Tuple[torch.Tensor, Metrics]]
+LossFn = Callable[..., Tuple[torch.Tensor, Metrics]]
+
+TOKEN_MEAN = "token-mean"
+SEQ_MEAN = "seq-mean-token-mean"
+GSPO_LOG_S_MAX = 10.0  # verl clamps the token-form log s_it above at 10
 
 # Keyword arguments every objective takes; everything else an objective takes is a hyperparameter.
-COMMON_KWARGS = (
-    "loss_agg_mode",
-    "rollout_log_ratio",
-    "global_tokens",
-    "global_seqs",
-    "loss_scale_factor",
-    "nan_policy",
-    "diagnostics",
-)
+COMMON_KWARGS = ("loss_agg_mode", "rollout_log_ratio", "global_tokens", "global_seqs", "loss_scale_factor", "nan_policy",
+                 "diagnostics")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Term:
+    """What one objective contributes to the pipeline.
+
+    values: (B, T) per-token loss ℓ_it with grad, or (B,) per-sequence loss for a per-sequence objective.
+    coef: detached gradient coefficient c, (B, T) per token or (B,) per sequence.
+    metrics: extra detached metrics (clip fractions).
+    log_w: (B,) log W when the term computed it (the diagnostics reuse it).
+    """
+
+    values: torch.Tensor
+    coef: torch.Tensor
+    metrics: Metrics = field(default_factory=dict)
+    log_w: Optional[torch.Tensor] = None
+
+
+# term(inputs, log_ratio (B, T) with grad, rho (B, T) or None) -> Term
+TermFn = Callable[[LossInputs, torch.Tensor, Optional[torch.Tensor]], Term]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -85,13 +98,24 @@ def _seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
 
 
-def _log_w(b: Batch) -> torch.Tensor:
-    """log W of a validated batch, (B,): ``sequence_log_ratio`` without its NaN guards (values off the
-    mask are already finite or zeroed by ``validate``)."""
-    log_r = b.logp.detach() - b.old_logp  # (B, T)
-    if b.rollout_log_ratio is not None:
-        log_r = log_r + b.rollout_log_ratio
-    return (log_r * b.mask).sum(dim=-1).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)
+def _log_w(inputs: LossInputs) -> torch.Tensor:
+    """log W of checked inputs, (B,): ``sequence_log_ratio`` without its NaN guards (values off the
+    mask are already finite or zeroed by ``check_inputs``)."""
+    log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
+    if inputs.rollout_log_ratio is not None:
+        log_r = log_r + inputs.rollout_log_ratio
+    return (log_r * inputs.mask).sum(dim=-1).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)
+
+
+def _rollout_weight(inputs: LossInputs) -> Optional[torch.Tensor]:
+    """Per-token rollout-correction weight ρ = exp(log ρ), detached, or None."""
+    rlr = inputs.rollout_log_ratio
+    return None if rlr is None else torch.exp(rlr.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
+
+
+def _weigh(x: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:
+    """x · weight, or x itself without a weight."""
+    return x if weight is None else x * weight
 
 
 def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -99,230 +123,83 @@ def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (cond.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
 
 
-def _metrics(
-    b: Batch,
-    loss: torch.Tensor,
-    coef_seq: torch.Tensor,
-    extra: Optional[Metrics],
-    diagnostics: bool,
-    log_w: Optional[torch.Tensor] = None,
-) -> Metrics:
-    """Loss, bad-row counts and (optionally) the weight diagnostics, all detached."""
-    out: Metrics = {
-        "loss": loss.detach(),
-        "bad_rows/nonfinite": b.n_nonfinite,
-        "bad_rows/empty": b.n_empty,
-        "n_tokens": b.mask.sum(),
-    }
-    if diagnostics:
-        log_w = _log_w(b) if log_w is None else log_w
-        out.update(
-            weight_diagnostics(log_w, coef_seq, b.seq_adv, b.mask, token_log_ratio=b.logp.detach() - b.old_logp)
-        )
-    if extra:
-        out.update({k: v.detach() for k, v in extra.items()})
-    return out
+def _clip_cuts(x: torch.Tensor, adv: torch.Tensor, low: float, high: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Tokens a sign-aware clip of x to [low, high] cuts: (Â > 0 and x > high, Â < 0 and x < low)."""
+    return (adv > 0) & (x > high), (adv < 0) & (x < low)
 
 
-def _agg(
-    values: torch.Tensor,
-    b: Batch,
-    loss_agg_mode: str,
-    global_tokens,
-    global_seqs,
-    loss_scale_factor,
-) -> torch.Tensor:
-    return agg_loss(
-        values,
-        b.mask,
-        loss_agg_mode,
-        global_tokens=global_tokens,
-        global_seqs=global_seqs,
-        loss_scale_factor=loss_scale_factor,
-    )
+def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Metrics:
+    """``clipfrac_high``, ``clipfrac_low``, ``clipfrac_dual`` and verl's ``clipfrac`` of the given cuts."""
+    cuts = {"clipfrac_high": high, "clipfrac_low": low, "clipfrac_dual": dual, "clipfrac": either}
+    return {key: _masked_frac(cut, mask) for key, cut in cuts.items() if cut is not None}
 
 
-def _rho(b: Batch) -> Optional[torch.Tensor]:
-    """Per-token rollout-correction weight ρ = exp(log ρ), detached, or None."""
-    return None if b.rollout_log_ratio is None else torch.exp(b.rollout_log_ratio.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
-
-
-_SPEC = re.compile(r"^\s*(respo|vespo|unit|truncated|topr)\s*(?:\(([^)]*)\))?\s*$")
-
-
-def kernel_from_spec(spec: Union[str, Kernel]) -> Kernel:
-    """A kernel from a callable or a string: ``respo(2,0.5,2)``, ``vespo(3,2)``, ``unit``, ``truncated(1)``.
-
-    Strings let configs and the command line pick the kernel of each advantage sign (branch ablations).
-    """
-    if callable(spec):
-        return spec
-    if not isinstance(spec, str):
-        raise TypeError(f"a kernel must be a callable log_w -> phi or a spec string, got {type(spec).__name__}")
-    match = _SPEC.match(spec)
-    if not match:
-        raise ValueError(
-            f"bad kernel spec {spec!r}; expected respo(alpha,beta,lambda), vespo(k,lambda), unit or truncated(max_w)"
-        )
-    name, args = match.group(1), match.group(2)
-    try:
-        nums = [float(a) for a in args.split(",")] if args and args.strip() else []
-    except ValueError:
-        raise ValueError(f"bad kernel spec {spec!r}: arguments must be numbers") from None
-    name = "truncated" if name == "topr" else name
-    makers = {"respo": (respo_kernel, 3), "vespo": (vespo_kernel, 2), "unit": (unit_kernel, 0), "truncated": (truncated_kernel, 1)}
-    maker, max_args = makers[name]
-    if len(nums) > max_args:
-        raise ValueError(f"bad kernel spec {spec!r}: {name} takes at most {max_args} argument(s)")
-    return maker(*nums)
-
-
-def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
-    """(pos_kernel, neg_kernel) of the sequence-weight objective ``name`` with its hyperparameters.
-
-    The one place that says which kernels ``respo``, ``vespo``, ``topr``, ``reinforce`` and
-    ``reshaped`` use; integrations that aggregate with their framework's own code (verl) call it too.
-    """
-    if name == "respo":
-        return respo_kernel(*hparams.get("pos", RESPO_POS)), respo_kernel(*hparams.get("neg", RESPO_NEG))
-    if name == "vespo":
-        return vespo_kernel(*hparams.get("pos", VESPO_POS)), vespo_kernel(*hparams.get("neg", VESPO_NEG))
-    if name == "topr":
-        return unit_kernel(), truncated_kernel(1.0)
-    if name == "reinforce":
-        return unit_kernel(), unit_kernel()
-    if name == "reshaped":
-        return (
-            kernel_from_spec(hparams.get("pos_kernel", "respo(2,0.5,2)")),
-            kernel_from_spec(hparams.get("neg_kernel", "respo(1,0.5,2)")),
-        )
-    raise ValueError(f"{name!r} is not a sequence-weight objective; known: respo, vespo, topr, reinforce, reshaped")
+def _ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float):
+    """PPO's ℓ¹ = −Â·r, ℓ² = −Â·clip(r, 1−ε_l, 1+ε_h) and ℓ = max(ℓ¹, ℓ²), each (B, T)."""
+    l1 = -adv * ratio
+    l2 = -adv * ratio.clamp(1 - low, 1 + high)
+    return l1, l2, torch.maximum(l1, l2)
 
 
 # --------------------------------------------------------------------------------------------------
-# Sequence-weight (REINFORCE-shaped) objectives
+# Sequence-weight objectives: their kernels, and the one term they share
 # --------------------------------------------------------------------------------------------------
 
 
-def reshaped_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
-    neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)",
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-) -> Tuple[torch.Tensor, Metrics]:
+def _reshaped_kernels(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)", neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)"):
     """Two-branch reshaped sequence objective L = −agg[φ_i·Â_it·logp_it], φ_i = K_{sign Â_i}(log W_i).
 
     log W_i = Σ_t m(logp − old_logp) + Σ_t m·log ρ, clamped to [−20, 20]; φ is detached, so
     ∇L = −agg[φ_i·Â_it·∇logp_it]. Branch by the sequence advantage: Â_i ≥ 0 uses ``pos_kernel``.
-
-    Args:
-      logp, old_logp, mask: (B, T). advantages: (B,) or (B, T).
-      pos_kernel, neg_kernel: callables log_w -> φ or spec strings (see ``kernel_from_spec``).
-      loss_agg_mode: default ``token-mean``.
+    ``pos_kernel``, ``neg_kernel``: callables log_w -> φ or spec strings (see ``kernel_from_spec``).
+    Default aggregation ``token-mean``.
     """
-    mode = check_agg_mode(loss_agg_mode or "token-mean")
-    pk, nk = kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel)
-    b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    with torch.no_grad():
-        log_w = _log_w(b)  # (B,)
-        phi = two_branch(log_w, b.seq_adv, pk, nk)  # (B,)
-    values = -(phi.unsqueeze(-1) * b.adv) * b.logp  # (B, T)
-    loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
-    return loss, _metrics(b, loss, phi, None, diagnostics, log_w)
+    return kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel)
 
 
-def respo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    pos: Tuple[float, float, float] = RESPO_POS,
-    neg: Tuple[float, float, float] = RESPO_NEG,
-    **common,
-) -> Tuple[torch.Tensor, Metrics]:
+def _respo_kernels(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float, float] = RESPO_NEG):
     """ReSPO: L = −agg[φ_i Â_it logp_it] with φ⁺ = ReSPO(pos), φ⁻ = ReSPO(neg), (α, β, λ) per branch.
 
     Defaults are the published (2, 0.5, 2) for Â ≥ 0 and (1, 0.5, 2) for Â < 0, i.e.
-    φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)). ``**common`` are the keyword arguments
-    every objective takes (``loss_agg_mode``, ``rollout_log_ratio``, ``global_tokens``,
-    ``global_seqs``, ``loss_scale_factor``, ``nan_policy``, ``diagnostics``; see ``reshaped_loss``).
+    φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)). Default aggregation ``token-mean``.
     """
-    pos_kernel, neg_kernel = sequence_kernels("respo", pos=pos, neg=neg)
-    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
+    return respo_kernel(*pos), respo_kernel(*neg)
 
 
-def vespo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    pos: Tuple[float, float] = VESPO_POS,
-    neg: Tuple[float, float] = VESPO_NEG,
-    **common,
-) -> Tuple[torch.Tensor, Metrics]:
+def _vespo_kernels(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESPO_NEG):
     """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0."""
-    pos_kernel, neg_kernel = sequence_kernels("vespo", pos=pos, neg=neg)
-    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
+    return vespo_kernel(*pos), vespo_kernel(*neg)
 
 
-def topr_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    **common,
-) -> Tuple[torch.Tensor, Metrics]:
+def _topr_kernels():
     """TOPR: L = −agg[sg(α_i) Â_it logp_it], α_i = min(W_i, 1) for Â_i < 0 and 1 otherwise."""
-    pos_kernel, neg_kernel = sequence_kernels("topr")
-    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
+    return unit_kernel(), truncated_kernel(1.0)
 
 
-def reinforce_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    **common,
-) -> Tuple[torch.Tensor, Metrics]:
+def _reinforce_kernels():
     """REINFORCE: L = −agg[Â_it logp_it] (φ ≡ 1; ignores staleness, the on-policy floor)."""
-    pos_kernel, neg_kernel = sequence_kernels("reinforce")
-    return reshaped_loss(logp, old_logp, advantages, mask, pos_kernel=pos_kernel, neg_kernel=neg_kernel, **common)
+    return unit_kernel(), unit_kernel()
+
+
+def _reshaped_term(pos_kernel: Kernel, neg_kernel: Kernel) -> TermFn:
+    """ℓ_it = −φ_i·Â_it·logp_it with the detached φ_i = two_branch(log W_i); log ρ folds into log W."""
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        with torch.no_grad():
+            log_w = _log_w(inputs)  # (B,)
+            phi = two_branch(log_w, inputs.seq_adv, pos_kernel, neg_kernel)  # (B,)
+        values = -(phi.unsqueeze(-1) * inputs.adv) * inputs.logp  # (B, T)
+        return Term(values, phi, log_w=log_w)
+
+    return term
 
 
 # --------------------------------------------------------------------------------------------------
-# Ratio (clip / gate) objectives
+# Ratio (clip / gate) objectives: a factory checks the hyperparameters and returns the term
 # --------------------------------------------------------------------------------------------------
 
 
-def grpo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-) -> Tuple[torch.Tensor, Metrics]:
+def _grpo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: float = 3.0) -> TermFn:
     """GRPO/PPO token clip with dual clip (verl's ``vanilla``).
 
         r = exp(clamp(logp − old_logp, −20, 20))
@@ -330,54 +207,29 @@ def grpo_loss(
 
     Gradient coefficient c_it = r_it where the token is not clipped, else 0.
     Metrics ``clipfrac_high`` (Â > 0, r > 1+ε_h), ``clipfrac_low`` (Â < 0, r < 1−ε_l), ``clipfrac_dual``
-    (Â < 0, r > c) and verl's ``clipfrac``.
+    (Â < 0, r > c) and verl's ``clipfrac``. Default aggregation ``token-mean``.
     """
     if not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (dual clip lower bound), got {clip_ratio_c}")
-    mode = check_agg_mode(loss_agg_mode or "token-mean")
-    b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    adv = b.adv  # (B, T)
-    ratio = torch.exp((b.logp - b.old_logp).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T)
-    l1 = -adv * ratio
-    l2 = -adv * ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
-    clipped = torch.maximum(l1, l2)
-    dual = torch.minimum(clipped, -adv * clip_ratio_c)
-    values = torch.where(adv < 0, dual, clipped)  # (B, T)
-    rho = _rho(b)
-    if rho is not None:
-        values = values * rho
-    loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
-    with torch.no_grad():
-        r = ratio.detach()
-        hi = (adv > 0) & (r > 1 + clip_ratio_high)
-        lo = (adv < 0) & (r < 1 - clip_ratio_low)
-        du = (adv < 0) & (r > clip_ratio_c)
-        coef = torch.where(hi | lo | du, torch.zeros_like(r), r) * (1 if rho is None else rho)
-        extra = {
-            "clipfrac_high": _masked_frac(hi, b.mask),
-            "clipfrac_low": _masked_frac(lo, b.mask),
-            "clipfrac_dual": _masked_frac(du, b.mask),
-            "clipfrac": _masked_frac(l2.detach() > l1.detach(), b.mask),
-        }
-    return loss, _metrics(b, loss, _seq_mean(coef, b.mask), extra, diagnostics)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        adv = inputs.adv  # (B, T) or (B, 1)
+        ratio = torch.exp(log_ratio)  # (B, T)
+        l1, l2, clipped = _ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high)
+        dual = torch.minimum(clipped, -adv * clip_ratio_c)
+        values = _weigh(torch.where(adv < 0, dual, clipped), rho)  # (B, T)
+        with torch.no_grad():
+            r = ratio.detach()
+            high, low = _clip_cuts(r, adv, 1 - clip_ratio_low, 1 + clip_ratio_high)
+            dual_cut = (adv < 0) & (r > clip_ratio_c)
+            coef = _weigh(torch.where(high | low | dual_cut, torch.zeros_like(r), r), rho)
+            metrics = _clip_fractions(inputs.mask, high, low, dual_cut, l2.detach() > l1.detach())
+        return Term(values, coef, metrics)
+
+    return term
 
 
-def gspo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 3e-4,
-    clip_ratio_high: float = 4e-4,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-) -> Tuple[torch.Tensor, Metrics]:
+def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn:
     """GSPO: the PPO clip on the sequence ratio s_i = exp(mean_t log r_it), default seq-mean-token-mean.
 
     Token form (verl): log s_it = logp_it − sg(logp_it) + sg(log s_i), clamped above at 10, so every
@@ -385,126 +237,64 @@ def gspo_loss(
         ℓ_it = max(−s_it·Â, −clip(s_it, 1−ε_l, 1+ε_h)·Â).
     Coefficient c_it = s_i where not clipped (Â > 0: s ≤ 1+ε_h; Â < 0: s ≥ 1−ε_l), else 0.
     """
-    mode = check_agg_mode(loss_agg_mode or "seq-mean-token-mean")
-    b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    adv = b.adv
-    with torch.no_grad():
-        log_s = sequence_log_ratio(b.logp.detach(), b.old_logp, b.mask, length_normalize=True)  # (B,)
-    log_st = (b.logp - b.logp.detach() + log_s.unsqueeze(-1)).clamp(max=10.0)  # (B, T)
-    s = torch.exp(log_st)
-    l1 = -adv * s
-    l2 = -adv * s.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
-    values = torch.maximum(l1, l2)
-    rho = _rho(b)
-    if rho is not None:
-        values = values * rho
-    loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
-    with torch.no_grad():
-        sd = s.detach()
-        hi = (adv > 0) & (sd > 1 + clip_ratio_high)
-        lo = (adv < 0) & (sd < 1 - clip_ratio_low)
-        coef = torch.where(hi | lo, torch.zeros_like(sd), sd) * (1 if rho is None else rho)
-        extra = {
-            "clipfrac_high": _masked_frac(hi, b.mask),
-            "clipfrac_low": _masked_frac(lo, b.mask),
-            "clipfrac": _masked_frac(l2.detach() > l1.detach(), b.mask),
-        }
-    return loss, _metrics(b, loss, _seq_mean(coef, b.mask), extra, diagnostics)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        adv, logp = inputs.adv, inputs.logp
+        with torch.no_grad():
+            log_s = sequence_log_ratio(logp.detach(), inputs.old_logp, inputs.mask, length_normalize=True)  # (B,)
+        s = torch.exp((logp - logp.detach() + log_s.unsqueeze(-1)).clamp(max=GSPO_LOG_S_MAX))  # (B, T)
+        l1, l2, values = _ppo_clip(adv, s, clip_ratio_low, clip_ratio_high)
+        values = _weigh(values, rho)
+        with torch.no_grad():
+            s_val = s.detach()
+            high, low = _clip_cuts(s_val, adv, 1 - clip_ratio_low, 1 + clip_ratio_high)
+            coef = _weigh(torch.where(high | low, torch.zeros_like(s_val), s_val), rho)
+            metrics = _clip_fractions(inputs.mask, high, low, either=l2.detach() > l1.detach())
+        return Term(values, coef, metrics)
+
+    return term
 
 
-def cispo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-) -> Tuple[torch.Tensor, Metrics]:
+def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
     """CISPO: ℓ = −sg(clip(r, 1−ε_l, 1+ε_h))·Â·logp (clipped IS weight, gradient kept on every token).
 
     Defaults ε_l = ε_h = 0.2 are verl's ``ActorConfig`` defaults; the MiniMax-M1 paper effectively
-    disables the lower bound and tunes ε_h.
+    disables the lower bound and tunes ε_h. Default aggregation ``token-mean``.
     """
-    mode = check_agg_mode(loss_agg_mode or "token-mean")
-    b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    with torch.no_grad():
-        r = torch.exp((b.logp.detach() - b.old_logp).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T)
-        coef = r.clamp(1 - clip_ratio_low, 1 + clip_ratio_high)
-        rho = _rho(b)
-        if rho is not None:
-            coef = coef * rho
-    values = -(coef * b.adv) * b.logp
-    loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
-    extra = {
-        "clipfrac_high": _masked_frac(r > 1 + clip_ratio_high, b.mask),
-        "clipfrac_low": _masked_frac(r < 1 - clip_ratio_low, b.mask),
-    }
-    return loss, _metrics(b, loss, _seq_mean(coef, b.mask), extra, diagnostics)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        with torch.no_grad():
+            r = torch.exp(log_ratio.detach())  # (B, T)
+            coef = _weigh(r.clamp(1 - clip_ratio_low, 1 + clip_ratio_high), rho)
+        values = -(coef * inputs.adv) * inputs.logp  # (B, T)
+        return Term(values, coef, _clip_fractions(inputs.mask, r > 1 + clip_ratio_high, r < 1 - clip_ratio_low))
+
+    return term
 
 
-def sapo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-) -> Tuple[torch.Tensor, Metrics]:
+def _sapo(tau_pos: float = 1.0, tau_neg: float = 1.05) -> TermFn:
     """SAPO: ℓ = −f(r)·Â with the soft gate f(r) = σ(τ(r − 1))·4/τ, τ = τ⁺ (Â > 0) or τ⁻ (Â ≤ 0).
 
     f'(r)·r = 4σ(1−σ)·r is the gradient coefficient (1 at r = 1). Default seq-mean-token-mean.
     """
     if not (tau_pos > 0 and tau_neg > 0):
         raise ValueError(f"SAPO temperatures must be positive, got tau_pos={tau_pos}, tau_neg={tau_neg}")
-    mode = check_agg_mode(loss_agg_mode or "seq-mean-token-mean")
-    b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    adv = b.adv
-    ratio = torch.exp((b.logp - b.old_logp).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T)
-    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
-    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-    values = -gate * adv
-    rho = _rho(b)
-    if rho is not None:
-        values = values * rho
-    loss = _agg(values, b, mode, global_tokens, global_seqs, loss_scale_factor)
-    with torch.no_grad():
-        sig = torch.sigmoid(tau * (ratio.detach() - 1.0))
-        coef = 4.0 * sig * (1.0 - sig) * ratio.detach() * (1 if rho is None else rho)
-    return loss, _metrics(b, loss, _seq_mean(coef, b.mask), None, diagnostics)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        adv = inputs.adv
+        ratio = torch.exp(log_ratio)  # (B, T)
+        tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
+        gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+        values = _weigh(-gate * adv, rho)  # (B, T)
+        with torch.no_grad():
+            sig = torch.sigmoid(tau * (ratio.detach() - 1.0))
+            coef = _weigh(4.0 * sig * (1.0 - sig) * ratio.detach(), rho)
+        return Term(values, coef)
+
+    return term
 
 
-def gmpo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.4,
-    clip_ratio_high: float = 0.4,
-    loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-) -> Tuple[torch.Tensor, Metrics]:
+def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
     """GMPO (verl's ``geo_mean``): geometric-mean ratio with a sign-aware clip in log space.
 
         d_it = logp − old_logp;  d̃_it = sgn(Â)·min(sgn(Â)·d, sgn(Â)·clip(d, −ε_l, ε_h))
@@ -513,71 +303,142 @@ def gmpo_loss(
     GMPO is sequence-level by construction: only ``seq-mean-token-mean`` is accepted. Rollout weights
     enter as their per-sequence geometric mean, as in verl.
     """
-    mode = loss_agg_mode or "seq-mean-token-mean"
-    if mode != "seq-mean-token-mean":
-        raise ValueError(f"gmpo aggregates per sequence; loss_agg_mode must be 'seq-mean-token-mean', got {mode!r}")
-    b = validate(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    adv, m = b.adv, b.mask
-    d = b.logp - b.old_logp  # (B, T)
-    sgn = torch.sign(adv)
-    d_clip = d.clamp(-clip_ratio_low, clip_ratio_high)
-    d_min = sgn * torch.minimum(sgn * d, sgn * d_clip)
-    n_tok = m.sum(dim=-1)  # (B,)
-    ratio = torch.exp((d_min * m).sum(dim=-1) / n_tok.clamp(min=1))  # (B,)
-    seq_adv = (adv * m).sum(dim=-1) / n_tok.clamp(min=1)  # (B,)
-    per_seq = -seq_adv * ratio  # (B,)
-    rho_seq = None
-    if b.rollout_log_ratio is not None:
-        rho_seq = torch.exp((b.rollout_log_ratio * m).sum(dim=-1) / n_tok.clamp(min=1))
-        per_seq = per_seq * rho_seq
-    loss = agg_seq(per_seq, n_tok, global_seqs=global_seqs)
-    with torch.no_grad():
-        dd = d.detach()
-        hi = (adv > 0) & (dd > clip_ratio_high)
-        lo = (adv < 0) & (dd < -clip_ratio_low)
-        active = (~(hi | lo)).to(m.dtype)
-        coef_tok = ratio.detach().unsqueeze(-1) * active * (1 if rho_seq is None else rho_seq.unsqueeze(-1))
-        extra = {"clipfrac_high": _masked_frac(hi, m), "clipfrac_low": _masked_frac(lo, m)}
-    return loss, _metrics(b, loss, _seq_mean(coef_tok, m), extra, diagnostics)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        adv, m = inputs.adv, inputs.mask
+        d = inputs.logp - inputs.old_logp  # (B, T), not clamped
+        sgn = torch.sign(adv)
+        d_min = sgn * torch.minimum(sgn * d, sgn * d.clamp(-clip_ratio_low, clip_ratio_high))
+        n_tok = m.sum(dim=-1).clamp(min=1)  # (B,)
+        ratio = torch.exp((d_min * m).sum(dim=-1) / n_tok)  # (B,)
+        seq_adv = (adv * m).sum(dim=-1) / n_tok  # (B,)
+        rlr = inputs.rollout_log_ratio
+        rho_seq = None if rlr is None else torch.exp((rlr * m).sum(dim=-1) / n_tok)  # (B,)
+        per_seq = _weigh(-seq_adv * ratio, rho_seq)  # (B,)
+        with torch.no_grad():
+            high, low = _clip_cuts(d.detach(), adv, -clip_ratio_low, clip_ratio_high)
+            active = (~(high | low)).to(m.dtype)
+            coef = _weigh(ratio.detach().unsqueeze(-1) * active, None if rho_seq is None else rho_seq.unsqueeze(-1))
+        return Term(per_seq, coef, _clip_fractions(m, high, low))
+
+    return term
 
 
 # --------------------------------------------------------------------------------------------------
-# One entry point
+# The table, the Objective and the pipeline
 # --------------------------------------------------------------------------------------------------
 
-OBJECTIVES: Dict[str, Objective] = {
-    "respo": respo_loss,
-    "vespo": vespo_loss,
-    "reshaped": reshaped_loss,
-    "grpo": grpo_loss,
-    "gspo": gspo_loss,
-    "cispo": cispo_loss,
-    "sapo": sapo_loss,
-    "gmpo": gmpo_loss,
-    "topr": topr_loss,
-    "reinforce": reinforce_loss,
+
+@dataclass(frozen=True)
+class _Parts:
+    """One objective's parts: ``kernels`` (sequence objectives) or ``term`` factory, its default aggregation."""
+
+    kernels: Optional[Callable[..., Tuple[Kernel, Kernel]]] = None
+    term: Optional[Callable[..., TermFn]] = None
+    default_agg: str = TOKEN_MEAN
+    per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
+
+    @property
+    def factory(self) -> Callable:
+        return self.kernels or self.term
+
+
+_TABLE: Dict[str, _Parts] = {
+    "respo": _Parts(kernels=_respo_kernels),
+    "vespo": _Parts(kernels=_vespo_kernels),
+    "reshaped": _Parts(kernels=_reshaped_kernels),
+    "grpo": _Parts(term=_grpo),
+    "gspo": _Parts(term=_gspo, default_agg=SEQ_MEAN),
+    "cispo": _Parts(term=_cispo),
+    "sapo": _Parts(term=_sapo, default_agg=SEQ_MEAN),
+    "gmpo": _Parts(term=_gmpo, default_agg=SEQ_MEAN, per_sequence=True),
+    "topr": _Parts(kernels=_topr_kernels),
+    "reinforce": _Parts(kernels=_reinforce_kernels),
 }
+
+
+def _parts(name: str) -> _Parts:
+    try:
+        return _TABLE[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown objective {name!r}; valid objectives: {', '.join(sorted(_TABLE))}") from None
 
 
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
-    fn = get_objective(name)
-    return {
-        p.name: p.default
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind is p.KEYWORD_ONLY and p.name not in COMMON_KWARGS
-    }
+    return {p.name: p.default for p in inspect.signature(_parts(name).factory).parameters.values()}
 
 
-def get_objective(name: str) -> Objective:
-    try:
-        return OBJECTIVES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown objective {name!r}; valid objectives: {', '.join(sorted(OBJECTIVES))}") from None
+def _check_names(name: str, hparams: Dict[str, object]) -> None:
+    valid = hyperparameters(name)
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        listed = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
+        raise ValueError(f"unknown hyperparameter(s) {unknown} for objective {name!r}; valid: {listed}")
+
+
+def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
+    """(pos_kernel, neg_kernel) of the sequence-weight objective ``name`` with its hyperparameters.
+
+    The one place that says which kernels ``respo``, ``vespo``, ``topr``, ``reinforce`` and
+    ``reshaped`` use; integrations that aggregate with their framework's own code (verl) call it too.
+    """
+    parts = _TABLE.get(name)
+    if parts is None or parts.kernels is None:
+        known = ", ".join(k for k, p in _TABLE.items() if p.kernels is not None)
+        raise ValueError(f"{name!r} is not a sequence-weight objective; known: {known}")
+    _check_names(name, hparams)
+    return parts.kernels(**hparams)
+
+
+@dataclass(frozen=True, eq=False)
+class Objective:
+    """One objective with checked hyperparameters; call it like ``policy_loss`` without the name.
+
+    Built by ``build_objective``. ``kernels`` is (pos_kernel, neg_kernel) for a sequence objective.
+    """
+
+    name: str
+    term: TermFn
+    default_agg: str = TOKEN_MEAN
+    per_sequence: bool = False
+    kernels: Optional[Tuple[Kernel, Kernel]] = None
+
+    @property
+    def hyperparameters(self) -> Dict[str, object]:
+        """Hyperparameter names of this objective with their published defaults."""
+        return hyperparameters(self.name)
+
+    def agg_mode(self, loss_agg_mode: Optional[str] = None) -> str:
+        """The aggregation a call uses: ``loss_agg_mode``, or the objective's default when None/empty."""
+        mode = loss_agg_mode or self.default_agg
+        if self.per_sequence and mode != self.default_agg:
+            raise ValueError(
+                f"{self.name} aggregates per sequence; loss_agg_mode must be {self.default_agg!r}, got {mode!r}"
+            )
+        return check_agg_mode(mode)
+
+    def __call__(self, logp, old_logp, advantages, mask, **common) -> Tuple[torch.Tensor, Metrics]:
+        """``policy_loss`` of this objective: ``common`` are the keyword arguments every objective takes."""
+        return policy_loss(self, logp, old_logp, advantages, mask, **common)
+
+
+def build_objective(name: str, **hparams) -> Objective:
+    """The objective ``name`` with hyperparameters ``hparams`` (unset ones take the published defaults).
+
+    Raises:
+      ValueError: an unknown name or hyperparameter (the message lists the valid ones), or a bad value.
+    """
+    parts = _parts(name)
+    _check_names(name, hparams)
+    if parts.kernels is not None:
+        kernels = parts.kernels(**hparams)
+        return Objective(name, _reshaped_term(*kernels), parts.default_agg, parts.per_sequence, kernels)
+    return Objective(name, parts.term(**hparams), parts.default_agg, parts.per_sequence)
 
 
 def policy_loss(
-    name: str,
+    name: Union[str, Objective],
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
@@ -595,7 +456,7 @@ def policy_loss(
     """Loss and metrics of the objective ``name`` (see the module docstring for the list).
 
     Args:
-      name: objective name, a key of ``OBJECTIVES``.
+      name: objective name, a key of ``OBJECTIVES``, or an ``Objective`` from ``build_objective``.
       logp: (B, T) log π_θ of the response tokens, with grad.
       old_logp: (B, T) log π_old (behaviour policy as recomputed by the trainer).
       advantages: (B,) sequence advantages or (B, T) token advantages.
@@ -612,37 +473,70 @@ def policy_loss(
     Returns:
       (loss 0-d tensor with grad, metrics dict of detached 0-d tensors).
     """
-    fn = get_objective(name)
-    valid = hyperparameters(name)
-    unknown = sorted(set(hparams) - set(valid))
-    if unknown:
-        listed = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
-        raise ValueError(f"unknown hyperparameter(s) {unknown} for objective {name!r}; valid: {listed}")
-    return fn(
-        logp, old_logp, advantages, mask,
-        loss_agg_mode=loss_agg_mode, rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens,
-        global_seqs=global_seqs, loss_scale_factor=loss_scale_factor, nan_policy=nan_policy,
-        diagnostics=diagnostics, **hparams,
-    )  # fmt: skip
+    if isinstance(name, Objective):
+        if hparams:
+            raise ValueError(f"unknown keyword argument(s) {sorted(hparams)}: the hyperparameters of a built "
+                             f"objective ({name.name!r}) are set by build_objective")  # fmt: skip
+        objective = name
+    else:
+        objective = build_objective(name, **hparams)
+    # The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics.
+    mode = objective.agg_mode(loss_agg_mode)
+    inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
+    log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
+    term = objective.term(inputs, log_ratio, _rollout_weight(inputs))
+    if objective.per_sequence:
+        loss = agg_seq(term.values, inputs.mask.sum(dim=-1), global_seqs=global_seqs)
+    else:
+        loss = agg_loss(
+            term.values, inputs.mask, mode,
+            global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
+        )  # fmt: skip
+    metrics: Metrics = {
+        "loss": loss.detach(),
+        "bad_rows/nonfinite": inputs.n_nonfinite,
+        "bad_rows/empty": inputs.n_empty,
+        "n_tokens": inputs.mask.sum(),
+    }
+    if diagnostics:
+        log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
+        coef = term.coef if term.coef.dim() == 1 else _seq_mean(term.coef, inputs.mask)  # (B,)
+        token_log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
+        metrics.update(weight_diagnostics(log_w, coef, inputs.seq_adv, inputs.mask, token_log_ratio=token_log_r))
+    metrics.update({k: v.detach() for k, v in term.metrics.items()})
+    return loss, metrics
+
+
+def _loss_function(name: str) -> LossFn:
+    """``<name>_loss(logp, old_logp, advantages, mask, **kwargs)``: ``policy_loss(name, ...)``, with the
+    factory's docstring and a signature that lists the objective's hyperparameters."""
+
+    def loss(logp, old_logp, advantages, mask, **kwargs):
+        return policy_loss(name, logp, old_logp, advantages, mask, **kwargs)
+
+    common = list(inspect.signature(policy_loss).parameters.values())
+    hparams = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(_parts(name).factory).parameters.values()]
+    loss.__signature__ = inspect.Signature(common[1:5] + hparams + common[5:-1])  # type: ignore[attr-defined]
+    loss.__name__ = loss.__qualname__ = f"{name}_loss"
+    loss.__doc__ = _parts(name).factory.__doc__
+    return loss
+
+
+OBJECTIVES: Dict[str, LossFn] = {name: _loss_function(name) for name in _TABLE}
+respo_loss, vespo_loss, reshaped_loss = OBJECTIVES["respo"], OBJECTIVES["vespo"], OBJECTIVES["reshaped"]
+topr_loss, reinforce_loss = OBJECTIVES["topr"], OBJECTIVES["reinforce"]
+grpo_loss, gspo_loss, cispo_loss = OBJECTIVES["grpo"], OBJECTIVES["gspo"], OBJECTIVES["cispo"]
+sapo_loss, gmpo_loss = OBJECTIVES["sapo"], OBJECTIVES["gmpo"]
+
+
+def get_objective(name: str) -> LossFn:
+    """The loss function ``<name>_loss`` of objective ``name``."""
+    _parts(name)
+    return OBJECTIVES[name]
 
 
 __all__ = [
-    "AGG_MODES",
-    "COMMON_KWARGS",
-    "OBJECTIVES",
-    "cispo_loss",
-    "get_objective",
-    "gmpo_loss",
-    "grpo_loss",
-    "gspo_loss",
-    "hyperparameters",
-    "kernel_from_spec",
-    "policy_loss",
-    "reinforce_loss",
-    "reshaped_loss",
-    "respo_loss",
-    "sequence_kernels",
-    "sapo_loss",
-    "topr_loss",
-    "vespo_loss",
-]
+    "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "Term", "build_objective", "cispo_loss", "get_objective",
+    "gmpo_loss", "grpo_loss", "gspo_loss", "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss",
+    "reshaped_loss", "respo_loss", "sapo_loss", "sequence_kernels", "topr_loss", "vespo_loss",
+]  # fmt: skip

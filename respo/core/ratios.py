@@ -10,7 +10,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -62,3 +62,52 @@ def sequence_log_ratio(
 def token_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, clamp: float = LOG_W_CLAMP) -> torch.Tensor:
     """Per-token log r_it = clamp(logp − old_logp, −clamp, clamp), shape (B, T) (PPO/GRPO's ratio)."""
     return (logp - old_logp).clamp(-clamp, clamp)
+
+
+ROLLOUT_LEVELS = ("auto", "token", "sequence")
+
+
+def fold_rollout_log_ratio(
+    weights: torch.Tensor, mask: torch.Tensor, *, level: str = "auto", name: str = "rollout weights"
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Rollout-correction weights w ≥ 0 (π_old/π_rollout) as the per-token log ρ the objectives take.
+
+        token:     log ρ_it = log w_it            Σ_t m_it log ρ_it = Σ_t log w_it
+        sequence:  log ρ_it = log w_it / T_i      Σ_t m_it log ρ_it = log w_i
+                   (one weight w_i broadcast to the row's T_i kept tokens is folded once, not T_i times)
+        auto:      ``sequence`` for rows whose kept weights are all equal, ``token`` otherwise
+
+    Tokens with w = 0 (rejected by the rollout correction) leave the mask, as a multiplication of
+    their loss by 0 removes them; masked positions never reach log ρ.
+
+    Args:
+      weights: (B, T) non-negative weights (a sequence weight repeated on every token).
+      mask: (B, T) 0/1 (bool or float) validity mask.
+      level: ``auto``, ``token`` or ``sequence``.
+      name: what the weights are called in error messages.
+
+    Returns:
+      (log_rho (B, T), kept mask (B, T)), both in the weights' floating dtype (float32 otherwise).
+    """
+    if level not in ROLLOUT_LEVELS:
+        raise ValueError(f"the rollout weight level must be one of {ROLLOUT_LEVELS}, got {level!r}")
+    w = weights.detach()
+    if w.shape != mask.shape:
+        raise ValueError(f"{name} shape {tuple(w.shape)} does not match the mask shape {tuple(mask.shape)}")
+    valid = mask.bool()  # (B, T)
+    bad = valid & ~(torch.isfinite(w) & (w >= 0))
+    if bool(bad.any()):
+        raise ValueError(f"{name} must be finite and >= 0 on valid tokens; {int(bad.any(dim=-1).sum())} row(s) are not")
+    keep = valid & (w > 0)  # (B, T)
+    dtype = w.dtype if w.is_floating_point() else torch.float32
+    zero = torch.zeros((), dtype=dtype, device=w.device)
+    log_rho = torch.where(keep, torch.log(torch.where(keep, w.to(dtype), torch.ones_like(w, dtype=dtype))), zero)  # (B, T)
+    if level == "token":
+        return log_rho, keep.to(dtype)
+    n_tok = keep.to(dtype).sum(dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
+    if level == "sequence":
+        return log_rho / n_tok, keep.to(dtype)
+    big = torch.finfo(dtype).max
+    w_max = torch.where(keep, w.to(dtype), torch.full_like(log_rho, -big)).amax(dim=-1, keepdim=True)  # (B, 1)
+    w_min = torch.where(keep, w.to(dtype), torch.full_like(log_rho, big)).amin(dim=-1, keepdim=True)  # (B, 1)
+    return torch.where(w_max == w_min, log_rho / n_tok, log_rho), keep.to(dtype)

@@ -129,7 +129,7 @@ class RespoGRPOConfig(GRPOConfig):
                 )
 
     def objective_hparams(self) -> dict[str, Any]:
-        """Keyword hyperparameters for the core objective of ``loss_type``, checked against its signature."""
+        """Keyword hyperparameters for the core objective of ``loss_type``, checked by the core."""
         objective = objective_for(self.loss_type)
         if objective is None:
             return {}
@@ -141,14 +141,8 @@ class RespoGRPOConfig(GRPOConfig):
         hparams: dict[str, Any] = {}
         if objective == "respo":
             hparams = {"pos": tuple(float(x) for x in self.respo_pos), "neg": tuple(float(x) for x in self.respo_neg)}
-            respo.respo_kernel(*hparams["pos"]), respo.respo_kernel(*hparams["neg"])  # validate α, β, λ
         hparams.update(extra)
-        valid = respo.hyperparameters(objective)
-        unknown = sorted(set(hparams) - set(valid))
-        if unknown:
-            raise ValueError(
-                f"unknown hyperparameter(s) {unknown} for objective {objective!r}; valid: {', '.join(valid) or 'none'}"
-            )
+        respo.build_objective(objective, **hparams)  # unknown names (listing the valid ones) and bad values raise
         return hparams
 
 
@@ -159,6 +153,8 @@ def fold_importance_sampling_ratio(
 
         token modes     ratio (B, T):  log ρ_it = log ratio_it
         sequence modes  ratio (B, 1):  log ρ_it = log ratio_i / T_i  (Σ_t m_it log ρ_it = log ratio_i)
+
+    The core's ``fold_rollout_log_ratio`` does the folding (tokens whose ratio is 0 leave the mask).
 
     Args:
         ratio: (B, T) or (B, 1) non-negative ratios, or None (no correction).
@@ -172,19 +168,9 @@ def fold_importance_sampling_ratio(
     B, T = mask.shape
     if ratio.shape not in ((B, T), (B, 1)):
         raise ValueError(f"importance_sampling_ratio must have shape ({B}, {T}) or ({B}, 1), got {tuple(ratio.shape)}")
+    level = "sequence" if ratio.shape[1] == 1 and T > 1 else "token"
     r = ratio.detach().to(mask.dtype).expand(B, T)  # (B, T)
-    valid = mask > 0
-    bad = valid & ~(torch.isfinite(r) & (r >= 0))
-    if bool(bad.any()):
-        raise ValueError(
-            f"importance_sampling_ratio must be finite and >= 0 on completion tokens; {int(bad.any(dim=-1).sum())} row(s) are not"
-        )
-    keep = valid & (r > 0)  # (B, T)
-    log_rho = torch.where(keep, torch.log(torch.where(keep, r, torch.ones_like(r))), torch.zeros_like(r))  # (B, T)
-    kept = keep.to(mask.dtype)
-    if ratio.shape[1] == 1 and T > 1:
-        log_rho = log_rho / kept.sum(dim=-1, keepdim=True).clamp(min=1)  # spread one log ρ_i over T_i tokens
-    return log_rho, kept
+    return respo.fold_rollout_log_ratio(r, mask, level=level, name="importance_sampling_ratio")
 
 
 class RespoGRPOTrainer(GRPOTrainer):
@@ -241,8 +227,8 @@ class RespoGRPOTrainer(GRPOTrainer):
             global_tokens = global_tokens * accum / self.args.steps_per_generation
         global_seqs = logp.size(0) * accum
         agg_mode = self.respo_loss_agg_mode
-        loss, metrics = respo.policy_loss(
-            self.respo_objective,
+        objective = respo.build_objective(self.respo_objective, **self.respo_hparams)
+        loss, metrics = objective(
             logp,
             old_logp,
             inputs["advantages"],
@@ -253,13 +239,12 @@ class RespoGRPOTrainer(GRPOTrainer):
             global_seqs=global_seqs,
             loss_scale_factor=self.max_completion_length,
             nan_policy="mask",
-            **self.respo_hparams,
         )
 
         if self.beta != 0.0:
             ref = inputs["ref_per_token_logps"]
             per_token_kl = torch.exp(ref - logp) - (ref - logp) - 1  # (B, T), k3 as in TRL
-            kl_mode = agg_mode or ("seq-mean-token-mean" if self.respo_objective in ("gspo", "sapo", "gmpo") else "token-mean")
+            kl_mode = objective.agg_mode(agg_mode)
             kl_loss = respo.agg_loss(
                 per_token_kl, mask, kl_mode, global_tokens=global_tokens, global_seqs=global_seqs,
                 loss_scale_factor=self.max_completion_length,

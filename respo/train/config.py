@@ -14,19 +14,17 @@ staleness k - 1. ``mode = "async"`` instead runs a rollout worker thread at most
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from respo.core import ADVANTAGE_KINDS, AGG_MODES, OBJECTIVES, build_objective, hyperparameters
 from respo.errors import RespoError
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides"]
 
-GROUP_ADVANTAGES = ("grpo", "drgrpo", "rloo")
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 MODES = ("sync", "async")
 
 
@@ -198,19 +196,6 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     return cfg
 
 
-def _objective_params(fn) -> tuple[set[str], bool]:
-    """Keyword hyperparameters an objective accepts (beyond the common ones), and whether it takes **kwargs."""
-    common = {"logp", "old_logp", "advantages", "mask", "loss_agg_mode", "rollout_log_ratio", "global_tokens",
-              "global_seqs", "nan_policy", "loss_scale_factor", "diagnostics"}
-    names, var_kw = set(), False
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind is p.VAR_KEYWORD:
-            var_kw = True
-        elif p.name not in common and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-            names.add(p.name)
-    return names, var_kw
-
-
 def _is_preset(model: str) -> bool:
     try:
         from respo.runtime.models import PRESETS
@@ -219,20 +204,24 @@ def _is_preset(model: str) -> bool:
     return model in PRESETS
 
 
-def _try_objective(fn, cfg: TrainConfig) -> str | None:
-    """Run the objective once on a tiny dummy batch so bad hyperparameter values fail up front."""
-    import torch
-
-    logp = torch.tensor([[-1.0, -2.0], [-0.5, -1.5]])  # (2, 2)
-    mask = torch.ones(2, 2)
-    adv = torch.tensor([1.0, -1.0])
+def _objective_problem(cfg: TrainConfig) -> str | None:
+    """What is wrong with the objective, its hyperparameters and its aggregation, asked of the core."""
+    if cfg.objective not in OBJECTIVES:
+        return f"objective {cfg.objective!r} is unknown; choose one of {', '.join(sorted(OBJECTIVES))}"
+    accepted = hyperparameters(cfg.objective)
+    unknown = sorted(set(cfg.objective_kwargs) - set(accepted))
+    if unknown:
+        return (f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(unknown)}; "
+                f"it accepts {', '.join(sorted(accepted)) or 'none'}")
     try:
-        loss, _ = fn(logp, logp - 0.1, adv, mask, loss_agg_mode=cfg.loss_agg_mode or None, rollout_log_ratio=None,
-                     global_tokens=None, global_seqs=None, **cfg.objective_kwargs)
-    except (ValueError, TypeError, AssertionError) as err:
-        return str(err)
-    if not torch.isfinite(loss):
-        return "the loss is not finite on a small test batch"
+        objective = build_objective(cfg.objective, **cfg.objective_kwargs)
+    except (ValueError, TypeError) as err:
+        return f"objective {cfg.objective!r} rejects objective_kwargs {cfg.objective_kwargs}: {err}"
+    if cfg.loss_agg_mode in AGG_MODES:
+        try:
+            objective.agg_mode(cfg.loss_agg_mode)
+        except ValueError as err:
+            return f"objective {cfg.objective!r} rejects loss_agg_mode {cfg.loss_agg_mode!r}: {err}"
     return None
 
 
@@ -249,8 +238,8 @@ def validate(cfg: TrainConfig) -> None:
     for name in ("micro_batch", "eval_prompts", "eval_every", "checkpoint_every", "warmup", "threads", "max_staleness"):
         if getattr(cfg, name) < 0:
             errs.append(f"{name} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.adv_kind not in GROUP_ADVANTAGES:
-        errs.append(f"adv_kind {cfg.adv_kind!r} is unknown; choose one of {', '.join(GROUP_ADVANTAGES)}")
+    if cfg.adv_kind not in ADVANTAGE_KINDS:
+        errs.append(f"adv_kind {cfg.adv_kind!r} is unknown; choose one of {', '.join(ADVANTAGE_KINDS)}")
     elif cfg.group_size < 2:
         errs.append(f"group_size (G) must be >= 2 with group advantages ({cfg.adv_kind}), got {cfg.group_size}")
     if cfg.micro_batch > 0 and cfg.mini_batch_seqs % cfg.micro_batch:
@@ -283,22 +272,8 @@ def validate(cfg: TrainConfig) -> None:
             errs.append(f"model {cfg.model!r} is neither a preset (tiny-dense, tiny-moe) nor an existing model directory")
         elif not (p / "config.json").is_file():
             errs.append(f"model directory {cfg.model!r} has no config.json")
-    try:
-        from respo import OBJECTIVES
-    except ImportError:
-        OBJECTIVES = None
-    if OBJECTIVES is not None:
-        if cfg.objective not in OBJECTIVES:
-            errs.append(f"objective {cfg.objective!r} is unknown; choose one of {', '.join(sorted(OBJECTIVES))}")
-        else:
-            accepted, var_kw = _objective_params(OBJECTIVES[cfg.objective])
-            unknown = sorted(set(cfg.objective_kwargs) - accepted)
-            if unknown and not var_kw:
-                errs.append(f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(unknown)}; "
-                            f"it accepts {', '.join(sorted(accepted)) or 'none'}")
-            else:
-                bad = _try_objective(OBJECTIVES[cfg.objective], cfg)
-                if bad:
-                    errs.append(f"objective {cfg.objective!r} rejects objective_kwargs {cfg.objective_kwargs}: {bad}")
+    objective_problem = _objective_problem(cfg)
+    if objective_problem:
+        errs.append(objective_problem)
     if errs:
         raise ConfigError(f"{len(errs)} problem(s) in the training config:\n  - " + "\n  - ".join(errs))

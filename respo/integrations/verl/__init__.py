@@ -70,21 +70,22 @@ import torch
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
+from respo import OBJECTIVES as CORE_OBJECTIVES
 from respo import (
     RESPO_NEG,
     RESPO_POS,
     VESPO_NEG,
     VESPO_POS,
-    kernel_from_spec,
-    respo_kernel,
+    build_objective,
+    fold_rollout_log_ratio,
+    hyperparameters,
     sequence_kernels,
     sequence_log_ratio,
     two_branch,
-    vespo_kernel,
     weight_diagnostics,
 )
 from respo.core.kernels import Kernel
-from respo.core.ratios import LOG_W_CLAMP
+from respo.core.ratios import LOG_W_CLAMP, ROLLOUT_LEVELS
 
 __all__ = [
     "OBJECTIVES",
@@ -97,9 +98,10 @@ __all__ = [
     "verl_name",
 ]
 
-#: respo's REINFORCE-shaped objectives offered to verl (verl 0.9.1 has none of them).
-OBJECTIVES = ("respo", "vespo", "topr", "reinforce", "reshaped")
-ROLLOUT_IS_LEVELS = ("auto", "token", "sequence")
+#: respo's REINFORCE-shaped objectives offered to verl (verl 0.9.1 has none of them): the core's
+#: objectives made of two kernels.
+OBJECTIVES = tuple(name for name in CORE_OBJECTIVES if build_objective(name).kernels is not None)
+ROLLOUT_IS_LEVELS = ROLLOUT_LEVELS
 
 
 @dataclass
@@ -120,19 +122,15 @@ class RespoPolicyLossConfig(PolicyLossConfig):
     respo_neg: list = field(default_factory=lambda: list(RESPO_NEG))
     vespo_pos: list = field(default_factory=lambda: list(VESPO_POS))
     vespo_neg: list = field(default_factory=lambda: list(VESPO_NEG))
-    reshaped_pos: str = "respo(2,0.5,2)"
-    reshaped_neg: str = "respo(1,0.5,2)"
+    reshaped_pos: str = hyperparameters("reshaped")["pos_kernel"]
+    reshaped_neg: str = hyperparameters("reshaped")["neg_kernel"]
     log_w_clamp: float = LOG_W_CLAMP
     rollout_is_level: Optional[str] = "auto"
 
     def __post_init__(self):
         # Fail at config time (in every worker), not at the first loss call.
-        for name in ("respo_pos", "respo_neg"):
-            respo_kernel(*_floats(getattr(self, name), 3, name))
-        for name in ("vespo_pos", "vespo_neg"):
-            vespo_kernel(*_floats(getattr(self, name), 2, name))
-        kernel_from_spec(self.reshaped_pos)
-        kernel_from_spec(self.reshaped_neg)
+        for objective in OBJECTIVES:
+            build_objective(objective, **_hparams(objective, self))
         if self.rollout_is_level is not None and self.rollout_is_level not in ROLLOUT_IS_LEVELS:
             raise ValueError(f"rollout_is_level must be one of {ROLLOUT_IS_LEVELS} or None, got {self.rollout_is_level!r}")
         if not (math.isfinite(float(self.log_w_clamp)) and float(self.log_w_clamp) > 0):
@@ -154,6 +152,20 @@ def _get(policy_loss: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _hparams(objective: str, policy_loss: Any) -> dict[str, Any]:
+    """The core hyperparameters of ``objective`` read from verl's fields ``<objective>_pos``/``_neg``.
+
+    The core names them (``pos``/``neg``, ``pos_kernel``/``neg_kernel``) and gives the defaults;
+    a field missing from ``policy_loss`` (or None) takes the core's default.
+    """
+    out: dict[str, Any] = {}
+    for key, default in hyperparameters(objective).items():
+        name = f"{objective}_{key.removesuffix('_kernel')}"  # pos -> respo_pos, pos_kernel -> reshaped_pos
+        value = _get(policy_loss, name, default)
+        out[key] = value if isinstance(default, str) else _floats(value, len(default), name)
+    return out
+
+
 def kernels_for(objective: str, policy_loss: Any = None) -> tuple[Kernel, Kernel]:
     """(pos_kernel, neg_kernel) of ``objective`` with the hyperparameters in ``policy_loss`` (or defaults).
 
@@ -162,17 +174,7 @@ def kernels_for(objective: str, policy_loss: Any = None) -> tuple[Kernel, Kernel
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown respo objective {objective!r}; known: {', '.join(OBJECTIVES)}")
-    hparams: dict[str, Any] = {}
-    if objective == "respo":
-        hparams = {b: _floats(_get(policy_loss, f"respo_{b}", d), 3, f"respo_{b}") for b, d in (("pos", RESPO_POS), ("neg", RESPO_NEG))}
-    elif objective == "vespo":
-        hparams = {b: _floats(_get(policy_loss, f"vespo_{b}", d), 2, f"vespo_{b}") for b, d in (("pos", VESPO_POS), ("neg", VESPO_NEG))}
-    elif objective == "reshaped":
-        hparams = {
-            "pos_kernel": _get(policy_loss, "reshaped_pos", "respo(2,0.5,2)"),
-            "neg_kernel": _get(policy_loss, "reshaped_neg", "respo(1,0.5,2)"),
-        }
-    return sequence_kernels(objective, **hparams)
+    return sequence_kernels(objective, **_hparams(objective, policy_loss))
 
 
 def fold_rollout_is_weights(
@@ -185,7 +187,8 @@ def fold_rollout_is_weights(
                    (verl broadcasts one weight w_i to all T_i valid tokens)
         auto:      ``sequence`` for rows whose valid weights are all equal, ``token`` otherwise
 
-    Tokens with w = 0 (IcePop rejections) leave the mask, as verl's ``loss * 0`` removes them.
+    Tokens with w = 0 (IcePop rejections) leave the mask, as verl's ``loss * 0`` removes them. The
+    core's ``fold_rollout_log_ratio`` does the folding.
 
     Args:
         rollout_is_weights: (B, T) non-negative weights, or None.
@@ -200,31 +203,7 @@ def fold_rollout_is_weights(
     level = "auto" if level is None else level
     if level not in ROLLOUT_IS_LEVELS:
         raise ValueError(f"rollout_is_level must be one of {ROLLOUT_IS_LEVELS}, got {level!r}")
-    w = rollout_is_weights.detach()
-    if w.shape != mask.shape:
-        raise ValueError(f"rollout_is_weights shape {tuple(w.shape)} does not match response_mask {tuple(mask.shape)}")
-    valid = mask.bool()
-    bad = valid & ~(torch.isfinite(w) & (w >= 0))
-    if bool(bad.any()):
-        raise ValueError(
-            f"rollout_is_weights must be finite and >= 0 on valid tokens; {int(bad.any(dim=-1).sum())} row(s) are not"
-        )
-    keep = valid & (w > 0)  # (B, T)
-    dtype = w.dtype if w.is_floating_point() else torch.float32
-    zero = torch.zeros((), dtype=dtype, device=w.device)
-    log_rho = torch.where(keep, torch.log(torch.where(keep, w.to(dtype), torch.ones_like(w, dtype=dtype))), zero)  # (B, T)
-    n_tok = keep.to(dtype).sum(dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
-    if level == "token":
-        seq_level = torch.zeros_like(n_tok, dtype=torch.bool)
-    elif level == "sequence":
-        seq_level = torch.ones_like(n_tok, dtype=torch.bool)
-    else:
-        big = torch.finfo(dtype).max
-        w_max = torch.where(keep, w.to(dtype), torch.full_like(log_rho, -big)).amax(dim=-1, keepdim=True)
-        w_min = torch.where(keep, w.to(dtype), torch.full_like(log_rho, big)).amin(dim=-1, keepdim=True)
-        seq_level = w_max == w_min  # (B, 1)
-    log_rho = torch.where(seq_level, log_rho / n_tok, log_rho)  # (B, T)
-    return log_rho, keep.to(dtype)
+    return fold_rollout_log_ratio(rollout_is_weights, mask, level=level, name="rollout_is_weights")
 
 
 def reshaped_policy_loss(
