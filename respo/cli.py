@@ -55,7 +55,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from respo.train.trainer import train
 
     cfg = load_config(args.config, _overrides(args))
-    run_dir = train(cfg, resume=args.resume)
+    run_dir = train(cfg, resume=args.resume, overwrite=args.overwrite)
     summary = json.loads((run_dir / "summary.json").read_text())
     print(json.dumps({"run_dir": str(run_dir), "eval_before": _scalars(summary.get("eval_before")),
                       "eval_after": _scalars(summary.get("eval_after")), "wall_s": summary.get("wall_s")}, indent=1))
@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train with any objective; every config field is a flag.")
     p.add_argument("--config", help="TOML file with config fields (see configs/)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete a previous run in --out-dir and start again (without it, a used --out-dir is refused)")
     _add_config_flags(p)
     p.set_defaults(func=_cmd_train)
 

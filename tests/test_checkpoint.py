@@ -1,4 +1,5 @@
-"""Checkpoints: round trip (weights, optimizer, RNG, buffer), atomic layout, corruption detected."""
+"""Checkpoints: round trip (weights, optimizer, RNG, buffer), atomic layout, corruption detected; the run
+directory's rules (refusals, overwrite, resume settings, one process at a time)."""
 
 import random
 
@@ -6,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from respo.train.buffer import Batch, PromptStream, RolloutBuffer
-from respo.train.checkpoint import (CheckpointError, RunState, latest_checkpoint, load_checkpoint, rng_state,
-                                    save_checkpoint, set_rng_state)
+from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
+from respo.train.checkpoint import (RESUMABLE, CheckpointError, RunDirError, RunState, checkpoint_manifest,
+                                    latest_checkpoint, load_checkpoint, lock_run_dir, prepare_run_dir, resume_changes,
+                                    rng_state, save_checkpoint, set_rng_state)
 
 
 class Tied(torch.nn.Module):
@@ -133,3 +135,72 @@ def test_corrupt_or_partial_checkpoint_is_reported(tmp_path, damage):
     with pytest.raises(CheckpointError, match=match):
         load_checkpoint(path, fresh)
     assert torch.equal(fresh.emb.weight, before)  # nothing was loaded
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory
+# ----------------------------------------------------------------------------------------------
+def test_manifest_records_the_settings_and_run_state_the_wall_time_of_each_part(tmp_path):
+    model = Tied()
+    state = _run_state(model, seed=0)
+    state.wall_s_parts = [2.5]  # an earlier part of the run took 2.5 s up to its last checkpoint
+    path = state.save(tmp_path, model, keep=1, config={"lr": 1e-3})
+    assert checkpoint_manifest(path)["config"] == {"lr": 1e-3}
+    fresh = _run_state(Tied(), seed=0)
+    fresh.load(path, Tied())
+    assert len(fresh.wall_s_parts) == 2 and fresh.wall_s_parts[0] == 2.5 and fresh.wall_s_parts[1] >= 0
+    assert len(fresh.wall_parts()) == 3  # the two before + this one
+
+
+def test_resume_changes_refuses_every_experiment_setting_and_returns_the_rest():
+    defaults = {"lr": 1e-4, "threads": 0, "updates": 64, "progress": True, "objective": "respo"}
+    old = {"lr": 1e-3, "threads": 1, "updates": 4, "progress": True}  # "objective" recorded before it existed
+    new = {"lr": 1e-3, "threads": 1, "updates": 6, "progress": False, "objective": "respo"}
+    assert resume_changes(old, new, defaults=defaults) == {"updates": [4, 6], "progress": [True, False]}
+    with pytest.raises(RunDirError) as err:
+        resume_changes(old, {**new, "lr": 1e-2, "threads": 2, "objective": "grpo"}, defaults=defaults)
+    msg = str(err.value)
+    assert "lr 0.001 -> 0.01" in msg and "threads 1 -> 2" in msg and 'objective "respo" -> "grpo"' in msg
+    assert "updates 4 -> 6" not in msg and "progress" not in msg.split("only")[0]  # free changes are not refused
+    assert set(RESUMABLE) >= {"updates", "checkpoint_every", "progress"} and "threads" not in RESUMABLE
+
+
+def test_prepare_run_dir_refuses_overwrites_and_leaves_foreign_files_alone(tmp_path):
+    run = tmp_path / "run"
+    assert prepare_run_dir(run, resume=False, overwrite=False) is None  # absent: fresh
+    run.mkdir()
+    (run / "train.log").write_text("a sweep's log\n")  # not a run file
+    assert prepare_run_dir(run, resume=True, overwrite=False) is None  # no previous run: resume starts fresh
+    assert prepare_run_dir(run, resume=False, overwrite=False) is None
+    (run / "metrics.jsonl").write_text("{}\n")
+    save_checkpoint(run / "ckpt", 2, Tied(), {"update": 2})
+    with pytest.raises(RunDirError, match="--resume.*--overwrite"):
+        prepare_run_dir(run, resume=False, overwrite=False)
+    with pytest.raises(RunDirError, match="pass one of them"):
+        prepare_run_dir(run, resume=True, overwrite=True)
+    assert prepare_run_dir(run, resume=True, overwrite=False).name == "update-000002"
+    assert prepare_run_dir(run, resume=False, overwrite=True) is None
+    assert sorted(p.name for p in run.iterdir()) == ["train.log"]  # only the run's own files were deleted
+    (run / "metrics.jsonl").write_text("{}\n")  # a run killed before its first checkpoint
+    with pytest.raises(RunDirError, match="no checkpoint"):
+        prepare_run_dir(run, resume=True, overwrite=False)
+
+
+def test_one_process_at_a_time_per_run_directory(tmp_path):
+    with lock_run_dir(tmp_path / "run"):
+        with pytest.raises(RunDirError, match="in use"):
+            with lock_run_dir(tmp_path / "run"):
+                pass
+    with lock_run_dir(tmp_path / "run"):  # released on exit
+        pass
+
+
+def test_repeated_prompts_counts_draws_beyond_the_distinct_prompts():
+    # 3 prompts drawn (G = 2 rows each): pool indices 0, 1, 0 -> 2 distinct, 1 repeat.
+    b = _batch(rows=6)
+    b.example_index = torch.tensor([0, 0, 1, 1, 0, 0])
+    assert repeated_prompts(b, group_size=2) == 1
+    b.example_index = torch.tensor([0, 0, 1, 1, 2, 2])
+    assert repeated_prompts(b, group_size=2) == 0
+    b.example_index = None  # a batch that does not record its prompts
+    assert repeated_prompts(b, group_size=2) == 0

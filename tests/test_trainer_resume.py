@@ -108,3 +108,45 @@ def test_sigterm_checkpoints_at_an_update_boundary_then_resumes(tmp_path):
     assert ref_proc.wait(timeout=600) == 0
     a, b = _weights(ref), _weights(out)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_eval_cadence_does_not_change_training(tmp_path):
+    # Why eval_every may change on resume: evaluation draws from its own generator, so evaluating
+    # every 2 updates leaves every update record (minus timings) and the final weights as they are.
+    from respo.cli import main
+
+    args = list(ARGS)
+    args[args.index("--updates") + 1] = "4"
+    args[args.index("--reuse") + 1] = "2"
+    runs = {every: tmp_path / f"every{every}" for every in (0, 2)}
+    for every, out in runs.items():
+        assert main(["train", *args, "--out-dir", str(out), "--eval-every", str(every)]) == 0
+
+    def updates(run):
+        recs = [json.loads(line) for line in open(Path(run) / "metrics.jsonl")]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs if "event" not in r]
+    assert updates(runs[0]) == updates(runs[2]) and len(updates(runs[0])) == 4
+    evals = [json.loads(line)["update"] for line in open(runs[2] / "metrics.jsonl") if '"event"' in line]
+    assert evals == [0, 2, 4]  # before, update 2, after
+    a, b = _weights(runs[0]), _weights(runs[2])
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resumed_extension_replaces_the_end_and_records_each_resume_once(tmp_path):
+    # A finished 2-update run extended to 4: the old end (summary.json, its final evaluation) becomes
+    # an intermediate point, the run ends again at 4, and config.json lists the one resume.
+    from respo.cli import main
+
+    args = list(ARGS)
+    args[args.index("--updates") + 1] = "2"
+    args[args.index("--reuse") + 1] = "1"
+    out = tmp_path / "run"
+    assert main(["train", *args, "--out-dir", str(out)]) == 0
+    assert main(["train", *args, "--out-dir", str(out), "--resume", "--updates", "4", "--progress", "true"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["resumed"] == [{"update": 2, "updates": [2, 4], "progress": [False, True]}]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 4 and list(summary["evals"]) == ["update_2"]
+    evals = [json.loads(line)["update"] for line in open(out / "metrics.jsonl") if '"event"' in line]
+    assert evals == [0, 2, 4]
+    assert (out / "report.md").is_file()

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["Batch", "RolloutBuffer", "PromptStream", "staleness_stats"]
+__all__ = ["Batch", "RolloutBuffer", "PromptStream", "staleness_stats", "repeated_prompts"]
 
 
 @dataclass
@@ -82,6 +82,15 @@ def staleness_stats(version: torch.Tensor, current: int) -> tuple[float, int]:
     """Mean and max staleness ``current - version`` over rows."""
     s = (current - version).to(torch.float64)  # (S,)
     return float(s.mean().item()), int(s.max().item())
+
+
+def repeated_prompts(batch: Batch, group_size: int) -> int:
+    """Prompt draws of a rollout beyond its distinct prompts: S / G - |distinct example_index|
+    (0 when the batch does not record its prompts). E.g. 3 mini-batches of 2 prompts from a pool of
+    4 prompts: 6 draws, at most 4 distinct, so at least 2 repeats."""
+    if batch.example_index is None:
+        return 0
+    return batch.size // group_size - int(torch.unique(batch.example_index).numel())
 
 
 class RolloutBuffer:

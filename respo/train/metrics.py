@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +41,17 @@ def to_float(v: Any) -> Any:
     return v
 
 
+def _finite_or_none(v: Any) -> tuple[Any, int]:
+    """`to_float`, through lists too; returns the value and how many NaN/inf it replaced by None."""
+    if isinstance(v, (list, tuple)):
+        pairs = [_finite_or_none(x) for x in v]
+        return [x for x, _ in pairs], sum(n for _, n in pairs)
+    x = to_float(v)
+    if isinstance(x, list):
+        return _finite_or_none(x)
+    return x, int(x is None and v is not None)
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     """All records of a metrics file (a truncated last line, e.g. after a kill, is skipped)."""
     out = []
@@ -55,6 +67,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
 class MetricsLogger:
     """Append-only ``metrics.jsonl`` writer with an optional TensorBoard mirror.
 
+    NaN/inf values are written as null (valid JSON); a record holding any gets
+    ``nonfinite_metrics`` (how many of its metrics were not finite), and a warning names each such
+    metric the first time (a mean over an empty set, e.g. no positive-advantage tokens, is NaN too).
+
     On resume, records with ``update`` beyond the resumed update are dropped first so the file
     describes one consistent run.
     """
@@ -68,6 +84,7 @@ class MetricsLogger:
         elif resume_update is None and self.path.exists():
             self.path.unlink()
         self._fh = open(self.path, "a")
+        self._warned: set[str] = set()  # metrics already warned about as not finite
         self._tb = None
         if tensorboard:
             try:
@@ -78,7 +95,20 @@ class MetricsLogger:
                 self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
 
     def log(self, record: Mapping[str, Any]) -> dict:
-        rec = {k: to_float(v) for k, v in record.items()}
+        rec, nonfinite = {}, []
+        for k, v in record.items():
+            rec[k], n = _finite_or_none(v)
+            if n:
+                nonfinite.append(k)
+        if nonfinite:
+            rec["nonfinite_metrics"] = len(nonfinite)
+        new = [k for k in nonfinite if k not in self._warned]
+        if new:
+            self._warned.update(new)
+            where = f" at update {rec['update']}" if "update" in rec else ""
+            warnings.warn(f"metric(s) {', '.join(new)} not finite (NaN or inf){where}: written as null in "
+                          f"{self.path} and counted in nonfinite_metrics (said once per metric; a mean over "
+                          f"an empty set, e.g. no positive-advantage tokens, is NaN too)", stacklevel=2)
         self._fh.write(json.dumps(rec) + "\n")
         self._fh.flush()
         if self._tb is not None and "update" in rec:
@@ -93,8 +123,10 @@ class MetricsLogger:
             self._tb.close()
 
 
-def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: int, wall: float) -> None:
-    """``summary.json``: staleness reached, first and late training score, held-out evaluations, wall time."""
+def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: int,
+                  wall_s_parts: Sequence[float]) -> None:
+    """``summary.json``: staleness reached, first and late training score, held-out evaluations, wall time
+    (``wall_s`` the total over every part of a resumed run, ``wall_s_parts`` each part)."""
     run_dir = Path(run_dir)
     recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "event" not in r]
     scores = [r["score"] for r in recs if r.get("score") is not None]
@@ -113,6 +145,7 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
         "eval_before": evals.get("before"),
         "eval_after": evals.get("after"),
         "evals": {k: v for k, v in evals.items() if k not in ("before", "after")},
-        "wall_s": wall,
+        "wall_s": float(sum(wall_s_parts)),
+        "wall_s_parts": [float(t) for t in wall_s_parts],
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=to_float))

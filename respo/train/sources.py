@@ -15,13 +15,14 @@ than ``max_staleness`` versions behind.
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
 from respo.train.async_ import AsyncRollouts
-from respo.train.buffer import Batch, PromptStream, RolloutBuffer
+from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
 from respo.train.config import TrainConfig
 from respo.train.metrics import timed
 from respo.train.policy import Policy
@@ -52,6 +53,21 @@ class MiniBatchSource(Protocol):
         """Release what the source holds (threads)."""
 
 
+class _RepeatWarning:
+    """Says once on stderr that a rollout drew some prompts more than once (``repeated_prompts``)."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg, self.said = cfg, False
+
+    def __call__(self, repeated: int, draws: int) -> None:
+        if repeated and not self.said:
+            self.said = True
+            print(f"[respo] warning: a rollout step draws {draws} prompts from a training pool of "
+                  f"{self.cfg.train_pool}, so {repeated} of them repeat within the step (counted as repeated_prompts "
+                  f"in metrics.jsonl); raise train_pool or lower reuse x prompts to avoid it", file=sys.stderr,
+                  flush=True)
+
+
 class SyncReuseSource:
     """Reuse-N: each rollout step serves N consecutive updates (state in ``stream``, ``buffer``, ``generator``)."""
 
@@ -59,6 +75,7 @@ class SyncReuseSource:
                  generator: torch.Generator):
         self.policy, self.task, self.pool, self.cfg = policy, task, pool, cfg
         self.stream, self.buffer, self.generator = stream, buffer, generator
+        self.warn_repeats = _RepeatWarning(cfg)
 
     def next(self, version: int) -> MiniBatch:
         rec: dict[str, Any] = {}
@@ -68,6 +85,12 @@ class SyncReuseSource:
             with timed(rec, "old_logp"):  # the first mini-batch's rows are left to the on-policy update
                 batch.old_logp = recompute_logp(self.policy.model, batch, self.cfg, start_row=self.cfg.mini_batch_seqs)
             self.buffer.put(batch)
+        # every update record of a rollout step says how many of its prompt draws repeat (the step's whole
+        # batch is in the buffer, checkpoints included, so a resumed run says it too)
+        repeated = repeated_prompts(self.buffer.batch, self.cfg.group_size)
+        if repeated:
+            rec["repeated_prompts"] = repeated
+            self.warn_repeats(repeated, self.cfg.rollout_prompts)
         on_policy = self.buffer.next_index == 0
         return MiniBatch(self.buffer.take(), on_policy, rec)
 
@@ -85,7 +108,8 @@ class AsyncSource:
         snapshot = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.info)
         snapshot.model.requires_grad_(False)
         generator = torch.Generator().manual_seed(cfg.seed + WORKER_SEED_OFFSET)
-        self.sync_every = cfg.sync_every
+        self.sync_every, self.group_size, self.prompts = cfg.sync_every, cfg.group_size, cfg.prompts
+        self.warn_repeats = _RepeatWarning(cfg)
 
         def produce(v: int) -> Batch:
             batch, _ = rollout_batch(snapshot, task, pool, stream.next(cfg.prompts), cfg, generator, v)
@@ -100,6 +124,10 @@ class AsyncSource:
         with timed(rec, "wait"):
             batch, dropped = self.worker.take(version)
         rec["dropped"] = dropped
+        repeated = repeated_prompts(batch, self.group_size)
+        if repeated:
+            rec["repeated_prompts"] = repeated
+            self.warn_repeats(repeated, self.prompts)
         return MiniBatch(batch, False, rec)
 
     def after_update(self, model: torch.nn.Module, update: int, version: int) -> None:
