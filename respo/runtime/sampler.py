@@ -25,9 +25,72 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from .logprobs import position_ids_from_mask
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer's KV cache in buffers allocated once for the whole rollout, written in place.
+
+    ``DynamicLayer`` concatenates every step, copying the whole cache (cost O(n) per step, O(T²)
+    per rollout). Here keys/values live in (B, H, capacity, D) buffers; a step of S new
+    positions writes ``buffer[:, :, n : n + S]`` and attention reads the view
+    ``buffer[:, :, : n + S]`` (no copy), so a step costs what its new positions cost. Lengths
+    and masks are those of ``DynamicLayer``: the numbers equal a ``DynamicCache``'s.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        B, H, _, _ = key_states.shape
+        self._key_buffer = key_states.new_empty(B, H, self.capacity, key_states.shape[-1])  # (B, H, C, Dk)
+        self._value_buffer = value_states.new_empty(B, H, self.capacity, value_states.shape[-1])  # (B, H, C, Dv)
+        self.keys = self._key_buffer[:, :, :0]
+        self.values = self._value_buffer[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, S = self.length, key_states.shape[-2]
+        if n + S > self.capacity:
+            raise ValueError(f"KV cache capacity {self.capacity} exceeded ({n} cached + {S} new positions)")
+        self._key_buffer[:, :, n : n + S].copy_(key_states)
+        self._value_buffer[:, :, n : n + S].copy_(value_states)
+        self.length = n + S
+        self.keys = self._key_buffer[:, :, : self.length]  # (B, H, n + S, Dk) view
+        self.values = self._value_buffer[:, :, : self.length]  # (B, H, n + S, Dv) view
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, max_length: int) -> None:
+        raise NotImplementedError("PreallocatedLayer does not crop")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("PreallocatedLayer does not repeat rows")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("PreallocatedLayer does not select rows")
+
+
+def preallocated_cache(config, capacity: int) -> Cache:
+    """A ``Cache`` of one ``PreallocatedLayer`` per decoder layer, each holding ``capacity`` positions.
+
+    Only full-attention decoders (no sliding window or linear-attention layers) are supported.
+    """
+    text_config = config.get_text_config(decoder=True)
+    layer_types = getattr(text_config, "layer_types", None) or ["full_attention"] * text_config.num_hidden_layers
+    other = sorted(set(layer_types) - {"full_attention"})
+    if other:
+        raise ValueError(f"the preallocated KV cache supports full attention only, the model has {other} layers")
+    return Cache(layers=[PreallocatedLayer(capacity) for _ in layer_types])
 
 
 @dataclass
@@ -206,7 +269,7 @@ def sample(
     logq = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=device)  # (B, T_max)
     alive = torch.ones(B, dtype=torch.bool, device=device)  # (B,)
     next_pos = prompt_mask.sum(-1, keepdim=True)  # (B, 1) position of the next token
-    cache = DynamicCache(config=model.config)
+    cache = preallocated_cache(model.config, P + max_new_tokens)
 
     steps = 0
     with router_recorder if router_recorder is not None else nullcontext():
