@@ -38,6 +38,17 @@ def test_identity_behaviour_logp_equals_recomputed_logp(model, tok):
     torch.testing.assert_close(logp * mask, ro.behaviour_logp, atol=1e-5, rtol=0)
 
 
+def test_identity_holds_at_512_tokens(model, tok):
+    # Long responses: the cache holds P + 512 positions, written in place. EOS is an ordinary
+    # token here (stop_at_eos=False) so every row really decodes 512 steps.
+    g = torch.Generator().manual_seed(4)
+    ro = sample(model, tok, PROMPTS[:3], max_new_tokens=512, generator=g, stop_at_eos=False)
+    assert ro.response_mask.shape == (3, 512) and ro.response_mask.eq(1).all()
+    logp, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
+    assert (ro.behaviour_logp * ro.response_mask).min() < -3.0
+    torch.testing.assert_close(logp * ro.response_mask, ro.behaviour_logp, atol=1e-5, rtol=0)
+
+
 def test_identity_holds_for_temperature(model, tok):
     g = torch.Generator().manual_seed(1)
     ro = sample(model, tok, PROMPTS, max_new_tokens=16, temperature=0.7, generator=g)
