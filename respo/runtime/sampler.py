@@ -1,10 +1,15 @@
 """Batched autoregressive sampling with a KV cache that records behaviour log-probs.
 
-A hand-written decode loop over any Hugging Face causal LM (``DynamicCache``, no
-``generate()``): one prefill forward over the left-padded prompts, then one (B, 1) forward per
-step. Rows never leave the batch: a row that has emitted EOS keeps being fed the pad token
+A hand-written decode loop over any Hugging Face causal LM (no ``generate()``): one prefill
+forward over the left-padded prompts (logits at the last column only), then one (B, 1) forward
+per step. Keys and values go into a cache allocated once for prompt + ``max_new_tokens``
+positions and written in place (``PreallocatedLayer``), so a step costs what its new position
+costs plus attention over the cache, never a copy of the cache.
+
+By default rows never leave the batch: a row that has emitted EOS keeps being fed the pad token
 (masked out of attention and of the response mask), so forward hooks on MoE blocks see all B
-rows at every step (``respo.runtime.moe.RoutingRecorder`` relies on it).
+rows at every step (``respo.runtime.moe.RoutingRecorder`` relies on it). ``drop_finished=True``
+instead takes finished rows out of the batch and the cache (not with a routing recorder).
 
 Positions are ``cumsum(attention_mask) - 1`` as in ``respo.runtime.logprobs.token_logprobs``,
 so with temperature 1 and top-p 1 the behaviour log-probs equal the trainer's recomputed
@@ -77,7 +82,17 @@ class PreallocatedLayer(DynamicLayer):
         raise NotImplementedError("PreallocatedLayer does not repeat rows")
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        raise NotImplementedError("PreallocatedLayer does not select rows")
+        """Keep the rows ``indices`` (A,): new (A, H, capacity, D) buffers, the cached part copied once."""
+        if not self.is_initialized:
+            return
+        n = self.length
+        for name in ("_key_buffer", "_value_buffer"):
+            old = getattr(self, name)  # (B, H, C, D)
+            new = old.new_empty(len(indices), *old.shape[1:])  # (A, H, C, D)
+            new[:, :, :n] = old[indices, :, :n]
+            setattr(self, name, new)
+        self.keys = self._key_buffer[:, :, :n]
+        self.values = self._value_buffer[:, :, :n]
 
 
 def preallocated_cache(config, capacity: int) -> Cache:
@@ -232,6 +247,7 @@ def sample(
     version: int = 0,
     router_recorder=None,
     stop_at_eos: bool = True,
+    drop_finished: bool = False,
 ) -> Rollout:
     """Sample one response per prompt with a KV cache; record behaviour log-probs.
 
@@ -248,12 +264,20 @@ def sample(
             entered around the prefill and every decode step.
         stop_at_eos: False keeps every row decoding for ``max_new_tokens`` steps (EOS is then
             an ordinary token; used by the benchmark to fix the work done).
+        drop_finished: True takes rows that have emitted EOS out of the batch: whenever at most
+            half of the rows in the cache are alive, the cache keeps only the live ones (one
+            copy of the cached part; halving bounds the copies by about twice the cache), so
+            finished rows stop costing decode work. The draws then come from a smaller batch:
+            a seed gives other tokens than with False. Refused with ``router_recorder``
+            (routing records need every row at every step).
 
     Returns:
         A ``Rollout``; T is the number of decode steps taken (<= max_new_tokens): decoding
         stops early once every row has emitted EOS.
     """
     _check_args(prompts, max_new_tokens, temperature, top_p)
+    if drop_finished and router_recorder is not None:
+        raise ValueError("drop_finished=True would drop rows from the routing records; use one or the other")
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -271,6 +295,7 @@ def sample(
     next_pos = prompt_mask.sum(-1, keepdim=True)  # (B, 1) position of the next token
     cache = preallocated_cache(model.config, P + max_new_tokens)
 
+    rows = None  # None: every row is in the batch; else (A,) long, the rows still decoding
     steps = 0
     with router_recorder if router_recorder is not None else nullcontext():
         out = model(
@@ -283,17 +308,32 @@ def sample(
         )
         for t in range(max_new_tokens):
             tok, lq = sample_tokens(out.logits[:, -1], temperature=temperature, top_p=top_p, generator=generator)
-            tokens[:, t] = torch.where(alive, tok, pad)
-            logq[:, t] = torch.where(alive, lq, 0.0)
-            attn[:, P + t] = alive
-            if stop_at_eos:
-                alive = alive & (tok != eos)
+            if rows is None:  # every row is in the batch
+                tokens[:, t] = torch.where(alive, tok, pad)
+                logq[:, t] = torch.where(alive, lq, 0.0)
+                attn[:, P + t] = alive
+                if stop_at_eos:
+                    alive = alive & (tok != eos)
+            else:  # the batch holds rows `rows` (A,) of the rollout
+                live = alive[rows]  # (A,)
+                tokens[rows, t] = torch.where(live, tok, pad)
+                logq[rows, t] = torch.where(live, lq, 0.0)
+                attn[rows, P + t] = live.to(attn.dtype)
+                if stop_at_eos:  # (rows only leave the batch when stop_at_eos is set)
+                    alive[rows] = live & (tok != eos)
             steps = t + 1
             if steps == max_new_tokens or not bool(alive.any()):
                 break  # the last sampled token is never fed back
+            if drop_finished:
+                live = alive if rows is None else alive[rows]  # (A,)
+                if 2 * int(live.sum()) <= live.shape[0]:
+                    keep = live.nonzero().squeeze(-1)  # (A',) positions in the current batch
+                    rows = keep if rows is None else rows[keep]
+                    cache.batch_select_indices(keep)
+                    next_pos = next_pos[keep]
             out = model(
-                input_ids=tokens[:, t : t + 1],
-                attention_mask=attn[:, : P + t + 1],
+                input_ids=tokens[:, t : t + 1] if rows is None else tokens[rows, t : t + 1],
+                attention_mask=attn[:, : P + t + 1] if rows is None else attn[rows, : P + t + 1],
                 position_ids=next_pos,
                 past_key_values=cache,
                 use_cache=True,
