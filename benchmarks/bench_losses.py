@@ -9,7 +9,7 @@ independent) and, on CUDA, the peak allocated during the step.
     python benchmarks/bench_losses.py                  # B=512, T=2048 and B=8, T=65536 on the CPU
     python benchmarks/bench_losses.py --device cuda --repeats 50
 
-Target (issue #2): respo within 1.15x of the floor and no slower than verl's ``vanilla``.
+Target: respo within 1.15x of the floor and no slower than verl's ``vanilla``.
 """
 
 from __future__ import annotations
