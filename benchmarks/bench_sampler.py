@@ -5,10 +5,13 @@ runs ``--new-tokens`` steps and the work is identical), at temperature 1, top-p 
 and both deliver behaviour log-probs: for ``generate`` they are computed from its returned
 scores (``log_softmax(score).gather(token)``), as a trainer would have to. Runs alternate
 (generate, sampler, generate, ...) so machine noise hits both alike; the figure of merit is
-the ratio of median tokens/s. Prints one JSON line per (preset, method) and one ratio line.
+the ratio of median tokens/s. Prints one JSON line per (preset, batch, new tokens, method) and
+one ratio line per (preset, batch, new tokens).
 
-    .venv/bin/python benchmarks/bench_sampler.py [--presets tiny-dense tiny-moe] [--batch 16 64 256]
-        [--new-tokens 32] [--repeats 5] [--threads 2]
+    .venv/bin/python benchmarks/bench_sampler.py [--presets tiny-dense tiny-moe] [--batch 64 256]
+        [--new-tokens 32 256 512 1024] [--repeats 3] [--threads 1]
+
+A quick run: ``--presets tiny-dense --batch 16 --new-tokens 32 256 --repeats 1``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 
 import torch
 
-from respo.runtime.models import build_policy
+from respo.runtime.models import PRESETS, build_policy
 from respo.runtime.sampler import sample
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
@@ -57,17 +60,20 @@ def run_sampler(model, tok, prompts, new_tokens, seed):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["tiny-dense", "tiny-moe"])
-    ap.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256])
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--new-tokens", type=int, nargs="+", default=[32, 256, 512, 1024])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tok = build_char_tokenizer()
     task = get_task("addition", digits=5)
-    for preset, batch in [(p, b) for p in args.presets for b in args.batch]:
+    configs = [(p, b, n) for p in args.presets for b in args.batch for n in args.new_tokens]
+    for preset, batch, new_tokens in configs:
         prompts = [ex.prompt for ex in task.examples("test", batch, seed=0)]
-        model = build_policy(preset, tok, seed=0)
+        positions = max(len(tok(p)["input_ids"]) for p in prompts) + new_tokens
+        # RoPE has no table: a longer position range changes no weight and no number, only the config.
+        model = build_policy(preset, tok, seed=0, max_position_embeddings=max(positions, PRESETS[preset]["max_position_embeddings"]))
         # generate() must not stop at EOS either: min_new_tokens suppresses it, and the sampler
         # runs with stop_at_eos=False, so both decode exactly batch x new_tokens tokens.
         methods = {"generate": run_generate, "sampler": run_sampler}
@@ -78,19 +84,19 @@ def main(argv=None):
         for r in range(args.repeats):
             for name, fn in methods.items():
                 t0 = time.perf_counter()
-                n, _ = fn(model, tok, prompts, args.new_tokens, seed=r)
+                n, _ = fn(model, tok, prompts, new_tokens, seed=r)
                 times[name].append(time.perf_counter() - t0)
                 counts[name] = n
         tps = {k: counts[k] / statistics.median(v) for k, v in times.items()}
         for name in methods:
             print(json.dumps({
-                "preset": preset, "method": name, "batch": batch, "new_tokens": args.new_tokens,
+                "preset": preset, "method": name, "batch": batch, "new_tokens": new_tokens,
                 "threads": args.threads, "repeats": args.repeats,
                 "median_s": round(statistics.median(times[name]), 4),
                 "tokens": counts[name], "tokens_per_s": round(tps[name], 1),
-            }))
-        print(json.dumps({"preset": preset, "batch": batch,
-                          "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}))
+            }), flush=True)
+        print(json.dumps({"preset": preset, "batch": batch, "new_tokens": new_tokens,
+                          "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}), flush=True)
 
 
 if __name__ == "__main__":

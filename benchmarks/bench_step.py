@@ -3,17 +3,28 @@
 Both sides get the same freshly initialised tiny preset (same seed), the same prompts (3-digit
 addition), B prompts x G responses per update, the same maximum response length, one optimizer
 step per rollout (on-policy, N = 1), GRPO's clipped objective, and the same torch thread count,
-measured in one process one after the other. Rewards use DAPO's overlong penalty so a random policy
-still gets non-zero advantages (both sides then really run backward).
+measured in one process one after the other. Responses are really ``--max-new-tokens`` long on
+both sides: a bench-only hook on the output layer pushes the EOS logit to ``EOS_LOGIT_PENALTY`` in
+every forward (sampling, old log-probs, training), so no row stops early. Every row is then cut
+at the maximum length and gets the same reward, so the advantages are 0; that changes no work:
+both sides run the loss, backward and the optimizer step unconditionally.
 
 Prints JSON lines: per side and preset, seconds per update (median of the measured steps after
 warm-up), response tokens per second, and for respo the share of step time spent inside the
 model's forward (every call of the top module: sampling decode steps, the old-logp forward, the
 training forward) plus backward; the rest (sampling logic, log-softmax, loss, optimizer,
 bookkeeping) is overhead. The same share is measured for TRL's step (its generate() decode calls,
-forwards and backward). Finally the throughput ratio respo / TRL.
+forwards and backward). Finally the throughput ratio respo / TRL, per preset and length.
 
-    .venv/bin/python benchmarks/bench_step.py [--presets tiny-dense tiny-moe] [--steps 3] [--threads 1]
+Then the training forward+backward alone (``token_logprobs`` of a (B, L) batch, a loss, backward)
+in float32 and under bfloat16 autocast: tokens/s and achieved FLOP/s (counted by
+``torch.utils.flop_counter``) as a fraction of the single-thread matmul peak measured here
+(a square ``MATMUL_PEAK_SIZE`` matmul in each dtype).
+
+    .venv/bin/python benchmarks/bench_step.py [--presets tiny-dense tiny-moe] [--max-new-tokens 32 256]
+        [--steps 3] [--threads 1] [--skip-trl] [--skip-step] [--skip-train]
+
+A quick run: ``--presets tiny-dense --prompts 4 --group-size 4 --max-new-tokens 32 --steps 1``.
 
 Timings on a shared machine are noisy: compare ratios from one call, not absolute numbers.
 """
@@ -26,7 +37,31 @@ import tempfile
 import time
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
+#: Added to the EOS logit by the bench-only hook: exp(-1e4) is 0 in float32 and bfloat16, so no
+#: row samples EOS, while log-probs and entropies stay finite.
+EOS_LOGIT_PENALTY = -1e4
+#: Side of the square matmul that measures the machine's single-thread peak.
+MATMUL_PEAK_SIZE = 1024
+#: Prompt columns of the synthetic training batch (left part of each row, not scored).
+TRAIN_PROMPT_LEN = 24
+
+
+def suppress_eos(model, eos_id: int):
+    """Forward hook on the output layer: logits[..., eos] += EOS_LOGIT_PENALTY. Returns the handle."""
+    head = model.get_output_embeddings()
+    bias = torch.zeros(head.out_features)  # (V,)
+    bias[eos_id] = EOS_LOGIT_PENALTY
+    return head.register_forward_hook(lambda module, args, out: out + bias.to(out.device, out.dtype))
+
+
+def policy_for(preset: str, tok, seed: int, positions: int):
+    """A preset policy with room for ``positions`` positions (RoPE has no table: no number changes)."""
+    from respo.runtime.models import PRESETS, build_policy
+
+    return build_policy(preset, tok, seed=seed,
+                        max_position_embeddings=max(positions, PRESETS[preset]["max_position_embeddings"]))
 
 class ModelClock:
     """Wall time inside the model's forward calls and inside autograd backward calls."""
@@ -67,14 +102,14 @@ class ModelClock:
 
 
 def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) -> dict:
-    from respo.runtime.models import build_policy
     from respo.runtime.tasks import get_task
     from respo.runtime.tokenizer import build_char_tokenizer
     from respo.train.config import TrainConfig, apply_overrides
     from respo.train.trainer import Policy, _optimizer, recompute_logp, rollout_batch, update_step
 
     tok = build_char_tokenizer()
-    model = build_policy(preset, tok, seed=seed).train()
+    model = policy_for(preset, tok, seed, T + 64).train()
+    suppress_eos(model, tok.eos_token_id)
     task = get_task("addition", overlong=(T, T - 1))
     pool = task.examples("train", B * (steps + 1), seed)
     cfg = apply_overrides(TrainConfig(), {"model": preset, "warm_start": False, "objective": "grpo", "prompts": B,
@@ -115,12 +150,12 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from respo.runtime.models import build_policy
     from respo.runtime.tasks import get_task
     from respo.runtime.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    model = build_policy(preset, tok, seed=seed).train()
+    model = policy_for(preset, tok, seed, T + 64).train()
+    suppress_eos(model, tok.eos_token_id)
     task = get_task("addition", overlong=(T, T - 1))
     pool = task.examples("train", B * (steps + 1), seed)
     ds = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(pool)])
@@ -167,26 +202,84 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
             "model_compute_share": clock.shares[1:][i]}
 
 
+def matmul_peak_flops(dtype: torch.dtype, reps: int = 5) -> float:
+    """FLOP/s of the best of ``reps`` (n, n) @ (n, n) matmuls, n = MATMUL_PEAK_SIZE (2 n³ FLOPs each)."""
+    n = MATMUL_PEAK_SIZE
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def bench_train(preset: str, B: int, L: int, dtype: torch.dtype, steps: int, seed: int = 0) -> dict:
+    """Forward (``token_logprobs``) + backward of a (B, L) batch, prompts of TRAIN_PROMPT_LEN columns."""
+    from respo.runtime.logprobs import token_logprobs
+    from respo.runtime.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = policy_for(preset, tok, seed, L).train()
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(4, len(tok), (B, L), generator=gen)  # (B, L) ordinary characters
+    attention_mask = torch.ones_like(input_ids)  # (B, L)
+    autocast = torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
+
+    def step():
+        with autocast:
+            logp, _ = token_logprobs(model, input_ids, attention_mask, TRAIN_PROMPT_LEN)  # (B, T)
+        (-logp.mean()).backward()
+        model.zero_grad(set_to_none=True)
+
+    step()  # warm-up
+    with FlopCounterMode(display=False) as counter:
+        step()
+    flops = counter.get_total_flops()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    t = sorted(times)[len(times) // 2]
+    peak = matmul_peak_flops(dtype)
+    return {"side": "train_forward_backward", "preset": preset, "dtype": str(dtype).removeprefix("torch."),
+            "B": B, "L": L, "response_tokens": B * (L - TRAIN_PROMPT_LEN), "s_per_step": t,
+            "tokens_per_s": B * L / t, "response_tokens_per_s": B * (L - TRAIN_PROMPT_LEN) / t,
+            "flops_per_step": flops, "achieved_flops_per_s": flops / t, "matmul_peak_flops_per_s": peak,
+            "fraction_of_matmul_peak": flops / t / peak}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["tiny-dense", "tiny-moe"])
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--max-new-tokens", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--steps", type=int, default=3, help="measured updates per side (after 1 warm-up)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-trl", action="store_true")
+    ap.add_argument("--skip-step", action="store_true", help="only the training forward+backward")
+    ap.add_argument("--skip-train", action="store_true", help="no separate training forward+backward")
+    ap.add_argument("--train-batch", type=int, default=64)
+    ap.add_argument("--train-len", type=int, default=280, help="columns per row, prompt included")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     for preset in a.presets:
-        r = bench_respo(preset, a.prompts, a.group_size, a.max_new_tokens, a.steps)
-        print(json.dumps({**r, "threads": a.threads}), flush=True)
-        if a.skip_trl:
-            continue
-        t = bench_trl(preset, a.prompts, a.group_size, a.max_new_tokens, a.steps)
-        print(json.dumps({**t, "threads": a.threads}), flush=True)
-        print(json.dumps({"preset": preset, "throughput_ratio_respo_over_trl": r["tokens_per_s"] / t["tokens_per_s"],
-                          "step_time_ratio_trl_over_respo": t["s_per_update"] / r["s_per_update"]}), flush=True)
+        for T in ([] if a.skip_step else a.max_new_tokens):
+            r = bench_respo(preset, a.prompts, a.group_size, T, a.steps)
+            print(json.dumps({**r, "threads": a.threads}), flush=True)
+            if a.skip_trl:
+                continue
+            t = bench_trl(preset, a.prompts, a.group_size, T, a.steps)
+            print(json.dumps({**t, "threads": a.threads}), flush=True)
+            print(json.dumps({"preset": preset, "T": T,
+                              "throughput_ratio_respo_over_trl": r["tokens_per_s"] / t["tokens_per_s"],
+                              "step_time_ratio_trl_over_respo": t["s_per_update"] / r["s_per_update"]}), flush=True)
+        for dtype in ([] if a.skip_train else [torch.float32, torch.bfloat16]):
+            r = bench_train(preset, a.train_batch, a.train_len, dtype, a.steps)
+            print(json.dumps({**r, "threads": a.threads}), flush=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,17 @@ def test_identity_behaviour_logp_equals_recomputed_logp(model, tok):
     torch.testing.assert_close(logp * mask, ro.behaviour_logp, atol=1e-5, rtol=0)
 
 
+def test_identity_holds_at_512_tokens(model, tok):
+    # Long responses: the cache holds P + 512 positions, written in place. EOS is an ordinary
+    # token here (stop_at_eos=False) so every row really decodes 512 steps.
+    g = torch.Generator().manual_seed(4)
+    ro = sample(model, tok, PROMPTS[:3], max_new_tokens=512, generator=g, stop_at_eos=False)
+    assert ro.response_mask.shape == (3, 512) and ro.response_mask.eq(1).all()
+    logp, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
+    assert (ro.behaviour_logp * ro.response_mask).min() < -3.0
+    torch.testing.assert_close(logp * ro.response_mask, ro.behaviour_logp, atol=1e-5, rtol=0)
+
+
 def test_identity_holds_for_temperature(model, tok):
     g = torch.Generator().manual_seed(1)
     ro = sample(model, tok, PROMPTS, max_new_tokens=16, temperature=0.7, generator=g)
@@ -107,6 +118,46 @@ def test_rows_stay_in_the_batch_every_step(model, tok):
     assert len(seen) == T  # prefill + T-1 decode steps; the last sampled token is never fed back
 
 
+def test_drop_finished_rows_leave_the_batch_and_keep_the_identity(tok):
+    # Zeroed lm_head: uniform over V tokens, EOS with probability 1/V per step, so rows finish at
+    # spread-out steps. With drop_finished the batch shrinks (halving: at most half of the rows in
+    # it alive -> only the live ones stay); the rollout keeps its layout and behaviour_logp still
+    # equals the trainer's recomputation (-log V on every response token, 0 elsewhere).
+    model = build_policy("tiny-dense", tok, seed=0, initializer_range=0.1)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    seen = []
+    handle = model.model.layers[0].mlp.register_forward_pre_hook(lambda m, a: seen.append(a[0].shape[0]))
+    try:
+        ro = sample(model, tok, PROMPTS * 8, max_new_tokens=120, generator=torch.Generator().manual_seed(0),
+                    drop_finished=True)
+    finally:
+        handle.remove()
+    B, T = 40, ro.response_mask.shape[1]
+    assert seen[0] == B and min(seen) < B // 2  # rows left the batch
+    assert all(a >= b for a, b in zip(seen, seen[1:]))  # never grows back
+    lengths = ro.response_lengths
+    assert ro.finished.sum() > B // 2 and (lengths[~ro.finished] == T).all()
+    for b in range(B):  # EOS only as the last token of a finished row, pad after it
+        n = int(lengths[b])
+        assert ro.response_mask[b, :n].eq(1).all() and ro.response_mask[b, n:].eq(0).all()
+        assert (ro.response_ids[b, n:] == tok.pad_token_id).all()
+        assert (ro.response_ids[b, : n - 1] != tok.eos_token_id).all()
+    logp, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
+    torch.testing.assert_close(logp * ro.response_mask, ro.behaviour_logp, atol=1e-5, rtol=0)
+    V = len(tok)
+    valid = ro.response_mask.bool()
+    torch.testing.assert_close(ro.behaviour_logp[valid], torch.full((int(valid.sum()),), -math.log(V)))
+
+
+def test_drop_finished_identity_on_trained_like_weights(model, tok):
+    # The preset weights (not uniform): the identity holds for rows compacted mid-decode.
+    g = torch.Generator().manual_seed(0)
+    ro = sample(model, tok, PROMPTS * 4, max_new_tokens=40, generator=g, drop_finished=True)
+    logp, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)
+    torch.testing.assert_close(logp * ro.response_mask, ro.behaviour_logp, atol=1e-5, rtol=0)
+
+
 def test_router_recorder_integration(tok):
     from respo.runtime.moe import RoutingRecorder, missing_index
 
@@ -158,6 +209,11 @@ def test_bad_arguments(tok):
             sample(model, tok, PROMPTS, **kwargs)
     with pytest.raises(ValueError, match="non-empty list"):
         sample(model, tok, [], max_new_tokens=4)
+    from respo.runtime.moe import RoutingRecorder
+
+    moe = build_policy("tiny-moe", tok, seed=0)
+    with pytest.raises(ValueError, match="drop_finished"):
+        sample(moe, tok, PROMPTS, max_new_tokens=4, router_recorder=RoutingRecorder(moe), drop_finished=True)
     with pytest.raises(ValueError, match="1 rows are not"):
         sample(model, tok, ["1+1=", 3], max_new_tokens=4)
 

@@ -1,10 +1,15 @@
 """Batched autoregressive sampling with a KV cache that records behaviour log-probs.
 
-A hand-written decode loop over any Hugging Face causal LM (``DynamicCache``, no
-``generate()``): one prefill forward over the left-padded prompts, then one (B, 1) forward per
-step. Rows never leave the batch: a row that has emitted EOS keeps being fed the pad token
+A hand-written decode loop over any Hugging Face causal LM (no ``generate()``): one prefill
+forward over the left-padded prompts (logits at the last column only), then one (B, 1) forward
+per step. Keys and values go into a cache allocated once for prompt + ``max_new_tokens``
+positions and written in place (``PreallocatedLayer``), so a step costs what its new position
+costs plus attention over the cache, never a copy of the cache.
+
+By default rows never leave the batch: a row that has emitted EOS keeps being fed the pad token
 (masked out of attention and of the response mask), so forward hooks on MoE blocks see all B
-rows at every step (``respo.runtime.moe.RoutingRecorder`` relies on it).
+rows at every step (``respo.runtime.moe.RoutingRecorder`` relies on it). ``drop_finished=True``
+instead takes finished rows out of the batch and the cache (not with a routing recorder).
 
 Positions are ``cumsum(attention_mask) - 1`` as in ``respo.runtime.logprobs.token_logprobs``,
 so with temperature 1 and top-p 1 the behaviour log-probs equal the trainer's recomputed
@@ -25,9 +30,82 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from .logprobs import position_ids_from_mask
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer's KV cache in buffers allocated once for the whole rollout, written in place.
+
+    ``DynamicLayer`` concatenates every step, copying the whole cache (cost O(n) per step, O(T²)
+    per rollout). Here keys/values live in (B, H, capacity, D) buffers; a step of S new
+    positions writes ``buffer[:, :, n : n + S]`` and attention reads the view
+    ``buffer[:, :, : n + S]`` (no copy), so a step costs what its new positions cost. Lengths
+    and masks are those of ``DynamicLayer``: the numbers equal a ``DynamicCache``'s.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        B, H, _, _ = key_states.shape
+        self._key_buffer = key_states.new_empty(B, H, self.capacity, key_states.shape[-1])  # (B, H, C, Dk)
+        self._value_buffer = value_states.new_empty(B, H, self.capacity, value_states.shape[-1])  # (B, H, C, Dv)
+        self.keys = self._key_buffer[:, :, :0]
+        self.values = self._value_buffer[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, S = self.length, key_states.shape[-2]
+        if n + S > self.capacity:
+            raise ValueError(f"KV cache capacity {self.capacity} exceeded ({n} cached + {S} new positions)")
+        self._key_buffer[:, :, n : n + S].copy_(key_states)
+        self._value_buffer[:, :, n : n + S].copy_(value_states)
+        self.length = n + S
+        self.keys = self._key_buffer[:, :, : self.length]  # (B, H, n + S, Dk) view
+        self.values = self._value_buffer[:, :, : self.length]  # (B, H, n + S, Dv) view
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, max_length: int) -> None:
+        raise NotImplementedError("PreallocatedLayer does not crop")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("PreallocatedLayer does not repeat rows")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (A,): new (A, H, capacity, D) buffers, the cached part copied once."""
+        if not self.is_initialized:
+            return
+        n = self.length
+        for name in ("_key_buffer", "_value_buffer"):
+            old = getattr(self, name)  # (B, H, C, D)
+            new = old.new_empty(len(indices), *old.shape[1:])  # (A, H, C, D)
+            new[:, :, :n] = old[indices, :, :n]
+            setattr(self, name, new)
+        self.keys = self._key_buffer[:, :, :n]
+        self.values = self._value_buffer[:, :, :n]
+
+
+def preallocated_cache(config, capacity: int) -> Cache:
+    """A ``Cache`` of one ``PreallocatedLayer`` per decoder layer, each holding ``capacity`` positions.
+
+    Only full-attention decoders (no sliding window or linear-attention layers) are supported.
+    """
+    text_config = config.get_text_config(decoder=True)
+    layer_types = getattr(text_config, "layer_types", None) or ["full_attention"] * text_config.num_hidden_layers
+    other = sorted(set(layer_types) - {"full_attention"})
+    if other:
+        raise ValueError(f"the preallocated KV cache supports full attention only, the model has {other} layers")
+    return Cache(layers=[PreallocatedLayer(capacity) for _ in layer_types])
 
 
 @dataclass
@@ -169,6 +247,7 @@ def sample(
     version: int = 0,
     router_recorder=None,
     stop_at_eos: bool = True,
+    drop_finished: bool = False,
 ) -> Rollout:
     """Sample one response per prompt with a KV cache; record behaviour log-probs.
 
@@ -185,12 +264,20 @@ def sample(
             entered around the prefill and every decode step.
         stop_at_eos: False keeps every row decoding for ``max_new_tokens`` steps (EOS is then
             an ordinary token; used by the benchmark to fix the work done).
+        drop_finished: True takes rows that have emitted EOS out of the batch: whenever at most
+            half of the rows in the cache are alive, the cache keeps only the live ones (one
+            copy of the cached part; halving bounds the copies by about twice the cache), so
+            finished rows stop costing decode work. The draws then come from a smaller batch:
+            a seed gives other tokens than with False. Refused with ``router_recorder``
+            (routing records need every row at every step).
 
     Returns:
         A ``Rollout``; T is the number of decode steps taken (<= max_new_tokens): decoding
         stops early once every row has emitted EOS.
     """
     _check_args(prompts, max_new_tokens, temperature, top_p)
+    if drop_finished and router_recorder is not None:
+        raise ValueError("drop_finished=True would drop rows from the routing records; use one or the other")
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -206,8 +293,9 @@ def sample(
     logq = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=device)  # (B, T_max)
     alive = torch.ones(B, dtype=torch.bool, device=device)  # (B,)
     next_pos = prompt_mask.sum(-1, keepdim=True)  # (B, 1) position of the next token
-    cache = DynamicCache(config=model.config)
+    cache = preallocated_cache(model.config, P + max_new_tokens)
 
+    rows = None  # None: every row is in the batch; else (A,) long, the rows still decoding
     steps = 0
     with router_recorder if router_recorder is not None else nullcontext():
         out = model(
@@ -220,17 +308,32 @@ def sample(
         )
         for t in range(max_new_tokens):
             tok, lq = sample_tokens(out.logits[:, -1], temperature=temperature, top_p=top_p, generator=generator)
-            tokens[:, t] = torch.where(alive, tok, pad)
-            logq[:, t] = torch.where(alive, lq, 0.0)
-            attn[:, P + t] = alive
-            if stop_at_eos:
-                alive = alive & (tok != eos)
+            if rows is None:  # every row is in the batch
+                tokens[:, t] = torch.where(alive, tok, pad)
+                logq[:, t] = torch.where(alive, lq, 0.0)
+                attn[:, P + t] = alive
+                if stop_at_eos:
+                    alive = alive & (tok != eos)
+            else:  # the batch holds rows `rows` (A,) of the rollout
+                live = alive[rows]  # (A,)
+                tokens[rows, t] = torch.where(live, tok, pad)
+                logq[rows, t] = torch.where(live, lq, 0.0)
+                attn[rows, P + t] = live.to(attn.dtype)
+                if stop_at_eos:  # (rows only leave the batch when stop_at_eos is set)
+                    alive[rows] = live & (tok != eos)
             steps = t + 1
             if steps == max_new_tokens or not bool(alive.any()):
                 break  # the last sampled token is never fed back
+            if drop_finished:
+                live = alive if rows is None else alive[rows]  # (A,)
+                if 2 * int(live.sum()) <= live.shape[0]:
+                    keep = live.nonzero().squeeze(-1)  # (A',) positions in the current batch
+                    rows = keep if rows is None else rows[keep]
+                    cache.batch_select_indices(keep)
+                    next_pos = next_pos[keep]
             out = model(
-                input_ids=tokens[:, t : t + 1],
-                attention_mask=attn[:, : P + t + 1],
+                input_ids=tokens[:, t : t + 1] if rows is None else tokens[rows, t : t + 1],
+                attention_mask=attn[:, : P + t + 1] if rows is None else attn[rows, : P + t + 1],
                 position_ids=next_pos,
                 past_key_values=cache,
                 use_cache=True,
