@@ -105,7 +105,7 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
     from respo.runtime.tasks import get_task
     from respo.runtime.tokenizer import build_char_tokenizer
     from respo.train.config import TrainConfig, apply_overrides
-    from respo.train.trainer import Policy, _optimizer, recompute_logp, rollout_batch, update_step
+    from respo.train.trainer import Policy, make_optimizer, recompute_logp, rollout_batch, update_step
 
     tok = build_char_tokenizer()
     model = policy_for(preset, tok, seed, T + 64).train()
@@ -115,7 +115,7 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
     cfg = apply_overrides(TrainConfig(), {"model": preset, "warm_start": False, "objective": "grpo", "prompts": B,
                                           "group_size": G, "max_new_tokens": T, "lr": 1e-5, "warmup": 0})
     policy = Policy(model, tok, {})
-    opt, sched = _optimizer(model, cfg)
+    opt, sched = make_optimizer(model, cfg)
     gen = torch.Generator().manual_seed(seed)
     clock = ModelClock(model)
     times, tokens, shares, phases = [], [], [], []
