@@ -57,6 +57,7 @@ from .arithmetic import AdditionTask, CountdownTask, safe_eval
 from .base import (
     SPLITS,
     Example,
+    TaskError,
     OverlongPenalty,
     ProceduralTask,
     Task,
@@ -74,6 +75,7 @@ from .reasoning_gym_task import ReasoningGymTask
 __all__ = [
     "SPLITS",
     "TASK_KINDS",
+    "TaskError",
     "Example",
     "OverlongPenalty",
     "Task",
@@ -84,6 +86,8 @@ __all__ = [
     "MathTask",
     "check_request",
     "get_task",
+    "load_task",
+    "task_help",
     "hash_split",
     "hash_split_rows",
     "read_math_rows",
@@ -108,6 +112,11 @@ def _spec_forms() -> str:
     return ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
+def task_help() -> str:
+    """The task specs ``get_task`` accepts, for help texts: "'addition', ... or 'math:<path>'"."""
+    return _spec_forms()
+
+
 def get_task(spec: str, *, overlong: tuple[int, int] | OverlongPenalty | None = None, **kwargs: Any) -> Task:
     """Build a task from a spec string.
 
@@ -127,3 +136,25 @@ def get_task(spec: str, *, overlong: tuple[int, int] | OverlongPenalty | None = 
     if overlong is not None:
         task.overlong = overlong if isinstance(overlong, OverlongPenalty) else OverlongPenalty(*overlong)
     return task
+
+
+def load_task(spec: str, kwargs: dict[str, Any] | None = None) -> Task:
+    """``get_task(spec, **kwargs)`` for settings a person typed: whatever is wrong with the spec, its file
+    or its settings is raised as one `TaskError` whose one-line message names it.
+
+    Raises:
+        TaskError: unknown spec, missing file, malformed row, unknown or invalid task setting.
+    """
+    kwargs = dict(kwargs or {})
+    try:
+        return get_task(spec, **kwargs)
+    except (ValueError, FileNotFoundError) as err:
+        raise TaskError(_one_line(err)) from None
+    except TypeError as err:  # an unknown keyword for the task's constructor
+        raise TaskError(f"task {spec!r} does not accept settings {kwargs}: {_one_line(err)}") from None
+    except ModuleNotFoundError as err:
+        raise TaskError(f"task {spec!r} needs the {err.name!r} package, which is not installed") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
