@@ -55,8 +55,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("config fields (override the TOML file)")
     extra = {"objective": f" (one of {', '.join(OBJECTIVES)})", "task": f" (one of {task_help()})"}
     for f in dataclasses.fields(TrainConfig):
-        if f.name == "task_kwargs":  # both spellings, parsed to a dict here
-            add_task_kwargs_arguments(g, "default: {}")
+        if f.name == "task_kwargs":  # both spellings (JSON or KEY=VALUE), parsed to a dict here
+            add_task_kwargs_arguments(g, f.metadata["help"].replace("%", "%%") + " (default: {})")
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = json.dumps(default) if not isinstance(default, str) else repr(default) if not default else default
@@ -160,7 +160,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from respo.runtime.tasks import task_help
-    from respo.runtime.tasks.args import add_task_kwargs_arguments
+    from respo.runtime.tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 
     parser = _Parser(prog="respo", description="Stable off-policy RL for LMs under rollout staleness (ReSPO).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a run directory (uses its final/ policy and task) or a model directory")
     p.add_argument("--task", default=None,
                    help=f"task spec: {task_help()} (default: the run's or warm start's task, else addition)")
-    add_task_kwargs_arguments(p, "default: the run's or warm start's")
+    add_task_kwargs_arguments(p, f"{TASK_KWARGS_HELP} (default: the run's or warm start's)")
     p.add_argument("--prompts", type=int, default=256, help="held-out prompts to evaluate")
     p.add_argument("--k", type=int, default=8, help="samples per prompt")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")

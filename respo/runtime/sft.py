@@ -58,7 +58,7 @@ from .sampler import sample
 from respo.errors import RespoError
 
 from .tasks import Task, get_task, load_task, score_batch, task_help
-from .tasks.args import add_task_kwargs_arguments
+from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 from .tokenizer import build_char_tokenizer
 
 INFO_FILE = "respo_warm_start.json"
@@ -357,7 +357,7 @@ def _result(path: Path, info: dict, *, reused: bool) -> WarmStart:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The warm-start flags: task, preset, cache, and one ``--field-name`` per ``SFTConfig`` field."""
     ap.add_argument("--task", default=DEFAULT_TASK, help=f"task spec: {task_help()} (default: addition)")
-    add_task_kwargs_arguments(ap, "default for addition: digits=5, scratchpad=true")
+    add_task_kwargs_arguments(ap, f"{TASK_KWARGS_HELP} (default for addition: digits=5, scratchpad=true)")
     ap.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
     ap.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
                     help=f"directory of cached warm starts, one per settings hash (default: {DEFAULT_CACHE_DIR}, "

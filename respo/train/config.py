@@ -46,7 +46,7 @@ class TrainConfig:
 
     # --- task and policy ---
     task: str = field(default="addition", metadata={"help": "task spec for respo.runtime.tasks.get_task, e.g. addition, countdown, reasoning_gym:NAME, math:FILE"})
-    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}"})
+    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}; or one at a time, --task-kwarg digits=3"})
     model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe) or a local Hugging Face model directory"})
     warm_start: bool = field(default=True, metadata={"help": "presets only: start from the cached SFT warm start (respo.runtime.sft) instead of random weights"})
     sft_kwargs: dict = field(default_factory=dict, metadata={"help": "presets only: warm-start SFT settings (respo.runtime.sft.SFTConfig fields, e.g. {\"max_steps\": 300}); other values name another cached warm start"})

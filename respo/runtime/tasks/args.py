@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_task_kwargs_arguments", "parse_value"]
+__all__ = ["add_task_kwargs_arguments", "parse_value", "TASK_KWARGS_HELP"]
 
 
 def parse_value(text: str) -> Any:
@@ -44,9 +44,14 @@ class _TaskKwargs(argparse.Action):
         setattr(namespace, self.dest, merged)
 
 
-def add_task_kwargs_arguments(p: argparse.ArgumentParser, default_help: str) -> None:
-    """Add ``--task-kwargs JSON`` and ``--task-kwarg KEY=VALUE`` (repeatable), both into ``args.task_kwargs``."""
+#: The help line of ``--task-kwargs`` when the caller has no own description.
+TASK_KWARGS_HELP = 'task settings as a JSON object, e.g. \'{"digits": 5}\''
+
+
+def add_task_kwargs_arguments(p: argparse.ArgumentParser, json_help: str) -> None:
+    """Add ``--task-kwargs JSON`` (help line ``json_help``) and ``--task-kwarg KEY=VALUE`` (repeatable), both
+    into ``args.task_kwargs``."""
     p.add_argument("--task-kwargs", dest="task_kwargs", action=_TaskKwargs, default=None, metavar="JSON",
-                   help=f'task settings as a JSON object, e.g. \'{{"digits": 5}}\' ({default_help})')
+                   help=json_help)
     p.add_argument("--task-kwarg", dest="task_kwargs", action=_TaskKwargs, metavar="KEY=VALUE",
                    help="one task setting, repeatable, e.g. digits=5 (merged with --task-kwargs)")
