@@ -30,6 +30,7 @@ NOT_RUN = {
     "examples/verl/run_paper.sh": "a verl launch on a GPU cluster",
 }
 
+# the same SFT settings as the smoke `respo sft` flags below, so train finds the warm start sft built
 SFT_SMOKE = {"max_steps": 2, "eval_n": 8, "eval_prompts": 8, "batch_size": 8, "eval_every": 1}
 SMOKE = {
     "sft": ["--max-steps", "2", "--eval-n", "8", "--eval-prompts", "8", "--batch-size", "8", "--eval-every", "1",
@@ -90,6 +91,8 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
         rc = main(full)
         err = capsys.readouterr().err
         assert rc == 0, f"`{line}` (run as respo {shlex.join(full)}) exited {rc}:\n{err[-2000:]}"
+        if argv[0] == "train":  # the README's `respo sft` built the warm start configs/tiny-dense.toml uses
+            assert "warm start: building" not in err, err
 
 
 @pytest.mark.parametrize("line", [c for c in readme_commands() if (_respo_argv(c) or [""])[0] == "train"])

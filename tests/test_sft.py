@@ -172,3 +172,13 @@ def test_sft_cli_bad_task_is_a_one_line_error(capsys):
 
     assert respo_main(["sft", "--task", "nosuch", "--max-steps", "1"]) == 2
     assert capsys.readouterr().err.strip().startswith("respo sft: error: unknown task spec 'nosuch'")
+
+
+def test_equivalent_task_settings_name_one_warm_start(tmp_path):
+    # `respo sft` (addition: digits=5, scratchpad=true) and `respo train` with configs/tiny-dense.toml
+    # (task_kwargs digits = 5; scratchpad is addition's default, True) must find the same cache entry
+    tiny = dict(max_steps=1, batch_size=4, eval_prompts=4, eval_n=4)
+    with pytest.warns(UserWarning, match="outside"):
+        first = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2, "scratchpad": True}, **tiny)
+    again = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2}, **tiny)
+    assert again.reused and again.path == first.path

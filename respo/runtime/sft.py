@@ -57,7 +57,7 @@ from .models import build_policy
 from .sampler import sample
 from respo.errors import RespoError
 
-from .tasks import Task, get_task, load_task, score_batch, task_help
+from .tasks import Task, get_task, load_task, score_batch, task_defaults, task_help
 from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 from .tokenizer import build_char_tokenizer
 
@@ -281,7 +281,8 @@ def warm_start(
         cache_dir: parent directory of the per-settings cache directories.
         seed: model init, data order and evaluation seed.
         task_kwargs: the task's knobs; ``None`` means ``DEFAULT_TASK_KWARGS`` for the default
-            task and ``{}`` otherwise.
+            task and ``{}`` otherwise. The task's own defaults fill the knobs not given, so
+            ``{"digits": 5}`` and ``{"digits": 5, "scratchpad": True}`` name one cached warm start.
         force: retrain even if a cached policy exists.
         verbose: print progress lines (to stderr). Whether or not, building a warm start that is
             not cached says so, and why, on stderr: SFT takes minutes.
@@ -297,7 +298,8 @@ def warm_start(
     unknown = set(config) - set(SFTConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown warm_start settings: {sorted(unknown)}")
-    cfg = SFTConfig(task=task_spec, task_kwargs=dict(task_kwargs), preset=str(preset), seed=seed, **config)
+    task_kwargs = {**task_defaults(task_spec), **task_kwargs}
+    cfg = SFTConfig(task=task_spec, task_kwargs=task_kwargs, preset=str(preset), seed=seed, **config)
     if not 0 <= cfg.noise < 1:
         raise SFTSettingsError(f"noise must be in [0, 1), got {cfg.noise}")
     if not 0 < cfg.target_pass <= 1:

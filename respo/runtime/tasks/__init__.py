@@ -51,6 +51,7 @@ Adding a task
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from .arithmetic import AdditionTask, CountdownTask, safe_eval
@@ -87,6 +88,7 @@ __all__ = [
     "check_request",
     "get_task",
     "load_task",
+    "task_defaults",
     "task_help",
     "hash_split",
     "hash_split_rows",
@@ -136,6 +138,17 @@ def get_task(spec: str, *, overlong: tuple[int, int] | OverlongPenalty | None = 
     if overlong is not None:
         task.overlong = overlong if isinstance(overlong, OverlongPenalty) else OverlongPenalty(*overlong)
     return task
+
+
+def task_defaults(spec: str) -> dict[str, Any]:
+    """The settings a task of this spec takes by default (its constructor's keyword defaults), e.g.
+    ``{"digits": 3, "scratchpad": True}`` for ``addition``; ``{}`` for an unknown spec."""
+    task_cls, _ = TASK_KINDS.get(spec.partition(":")[0], (None, None))
+    if task_cls is None:
+        return {}
+    params = inspect.signature(task_cls.__init__).parameters.values()
+    return {p.name: p.default for p in params
+            if p.default is not p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 def load_task(spec: str, kwargs: dict[str, Any] | None = None) -> Task:
