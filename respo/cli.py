@@ -77,7 +77,10 @@ def _transformers_progress(show: bool) -> None:
     """Show or silence transformers' own progress bars ("Loading weights", "Writing model shards")."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.enable_progress_bar() if show else hf_logging.disable_progress_bar()
+    if show:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
 
 
 def _scalars(ev):
@@ -151,9 +154,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from respo.train.config import coerce
     from respo.train.demo import run_demo
 
-    report = run_demo(overrides=_overrides(args))
+    overrides = _overrides(args)
+    _transformers_progress(coerce("progress", overrides.get("progress", True)))
+    report = run_demo(overrides=overrides)
     print(f"report: {report}")
     return 0
 
