@@ -252,3 +252,21 @@ def test_report_without_runs_is_an_error_and_writes_nothing(tmp_path):
     with pytest.raises(RespoError, match="no runs found under"):
         build_report([tmp_path / "empty"], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_sweep_resumes_from_a_checkpoint_and_restarts_a_run_killed_before_its_first(tmp_path):
+    # A run with a checkpoint continues (--resume); one killed before its first checkpoint left only
+    # partial records, which cannot be continued, so it starts again (--overwrite) instead of being
+    # refused as a used directory on every relaunch.
+    from respo.study.sweep import RunSpec, train_command
+
+    spec = RunSpec(name="r", overrides={"lr": 1e-4})
+    run = tmp_path / "r"
+    (run / "ckpt" / "update-000002").mkdir(parents=True)
+    (run / "ckpt" / "update-000002" / "manifest.json").write_text("{}")
+    assert "--resume" in train_command(spec, run, tmp_path / "base.toml", 1)
+    fresh = tmp_path / "fresh"
+    (fresh).mkdir()
+    (fresh / "metrics.jsonl").write_text('{"update": 1}\n')
+    cmd = train_command(spec, fresh, tmp_path / "base.toml", 1)
+    assert "--overwrite" in cmd and "--resume" not in cmd
