@@ -1,59 +1,22 @@
-"""Errors a person can read (CLI level, temporary dirs).
+"""Errors a person can read, and a CLI that does what the README says (CLI level, temporary dirs).
 
-Every test here drives `respo.cli.main` the way a user drives `respo ...` and checks what is left on
-disk: nothing overwritten, nothing mixed, nothing recorded falsely, one readable line on failure.
+Every test here drives `respo.cli.main` the way a user drives `respo ...`: a mistake gets one line
+that names it (exit 2) and leaves nothing behind.
 """
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
 
+from cli_support import one_error_line, train_cli
 from respo.cli import main
-
-TINY = ["--warm-start", "false", "--threads", "1", "--prompts", "2", "--group-size", "4", "--max-new-tokens", "8",
-        "--eval-prompts", "4", "--eval-k", "2", "--progress", "false", "--tensorboard", "false",
-        "--task-kwargs", '{"overlong": [8, 7]}', "--lr", "1e-3", "--warmup", "1"]
-
-
-def _train(run, *extra):
-    return main(["train", *TINY, "--out-dir", str(run), *extra])
-
-
-def _records(run):
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
-
-
-def _one_error_line(err: str, command: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert lines, "no error message"
-    assert lines[-1].startswith(f"respo {command}: error: "), err
-    assert "Traceback" not in err, err
-    return lines[-1]
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A finished 4-update run with checkpoints at 2 and 4."""
-    run = tmp_path_factory.mktemp("finished") / "run"
-    assert _train(run, "--updates", "4", "--checkpoint-every", "2") == 0
-    return run
-
-
-def _copy(run, tmp_path):
-    import shutil
-
-    dst = tmp_path / "copy"
-    shutil.copytree(run, dst)
-    return dst
-
 
 @pytest.mark.parametrize("task", ["nosuch", "reasoning_gym:nosuch", "math:/nonexistent/rows.jsonl"])
 def test_a_bad_task_is_one_line_and_writes_nothing(tmp_path, capsys, task):
     run = tmp_path / "run"
-    assert _train(run, "--task", task, "--task-kwargs", "{}", "--updates", "1") == 2
-    line = _one_error_line(capsys.readouterr().err, "train")
+    assert train_cli(run, "--task", task, "--task-kwargs", "{}", "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
     assert task.split(":")[-1].split("/")[-1] in line
     assert not run.exists()
 
@@ -62,8 +25,8 @@ def test_a_malformed_math_row_is_named_in_one_line(tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "no answer here"}\n')
     run = tmp_path / "run"
-    assert _train(run, "--task", f"math:{rows}", "--task-kwargs", "{}", "--updates", "1") == 2
-    line = _one_error_line(capsys.readouterr().err, "train")
+    assert train_cli(run, "--task", f"math:{rows}", "--task-kwargs", "{}", "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
     assert "row 2" in line
     assert not run.exists()
 
@@ -74,7 +37,7 @@ def test_eval_on_something_that_is_not_a_run(tmp_path, capsys, kind):
     if kind == "empty_dir":
         path.mkdir()
     assert main(["eval", str(path), "--prompts", "2", "--k", "1"]) == 2
-    line = _one_error_line(capsys.readouterr().err, "eval")
+    line = one_error_line(capsys.readouterr().err, "eval")
     assert line == f"respo eval: error: not a run or model directory: {path}"
 
 
@@ -84,7 +47,7 @@ def test_report_with_no_runs_is_an_error(tmp_path, capsys, kind):
     if kind == "empty_dir":
         path.mkdir()
     assert main(["report", str(path), "--out", str(tmp_path / "rep")]) == 2
-    line = _one_error_line(capsys.readouterr().err, "report")
+    line = one_error_line(capsys.readouterr().err, "report")
     assert f"no runs found under {path}" in line
     assert not (tmp_path / "rep" / "report.md").exists()
 
@@ -113,7 +76,7 @@ def test_unparseable_math_ground_truths_are_counted_and_reported(tmp_path):
 
 
 def test_negative_numbers_are_values_not_flags(tmp_path, capsys):
-    assert _train(tmp_path / "run", "--lr", "-1e-4", "--updates", "1") == 2
+    assert train_cli(tmp_path / "run", "--lr", "-1e-4", "--updates", "1") == 2
     assert "lr must be > 0, got -0.0001" in capsys.readouterr().err
 
 
@@ -158,7 +121,7 @@ def test_help_names_the_objectives_and_tasks(capsys):
 
 
 def test_progress_false_silences_every_progress_bar(tmp_path, capfd):
-    assert _train(tmp_path / "run", "--updates", "1") == 0
+    assert train_cli(tmp_path / "run", "--updates", "1") == 0
     out = capfd.readouterr()
     for text in ("Loading weights", "Writing model shards", "it/s]"):
         assert text not in out.out + out.err, text
@@ -166,7 +129,7 @@ def test_progress_false_silences_every_progress_bar(tmp_path, capfd):
 
 def test_every_run_gets_a_report_and_report_compares_ordinary_runs(tmp_path, capsys):
     for obj in ("respo", "grpo"):
-        assert _train(tmp_path / "runs" / obj, "--objective", obj, "--objective-kwargs", "{}", "--updates", "2") == 0
+        assert train_cli(tmp_path / "runs" / obj, "--objective", obj, "--objective-kwargs", "{}", "--updates", "2") == 0
         assert (tmp_path / "runs" / obj / "report.md").is_file()
         assert (tmp_path / "runs" / obj / "curve.png").is_file()
     assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "cmp")]) == 0
