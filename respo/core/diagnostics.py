@@ -101,16 +101,16 @@ def log_w_histogram(log_w: torch.Tensor, sel: torch.Tensor, edges: Tuple[float, 
 
     Args:
       log_w: (B,) log-weights (±inf fall in the end bins; NaN in none).
-      sel: (B,) bool selection.
+      sel: (B,) bool selection, or (S, B) for S selections at once.
 
     Returns:
-      (len(edges) + 1,) counts in ``log_w``'s dtype.
+      (len(edges) + 1,) counts in ``log_w``'s dtype, or (S, len(edges) + 1).
     """
     bounds = torch.tensor(edges, dtype=log_w.dtype, device=log_w.device)  # (E,)
     idx = torch.bucketize(log_w, bounds, right=True)  # (B,), bounds[i−1] ≤ x < bounds[i]
     bins = torch.arange(len(edges) + 1, device=log_w.device)  # (E+1,)
-    hit = (idx.unsqueeze(1) == bins) & (sel & ~torch.isnan(log_w)).unsqueeze(1)  # (B, E+1)
-    return hit.sum(dim=0).to(log_w.dtype)
+    one_hot = ((idx.unsqueeze(1) == bins) & ~torch.isnan(log_w).unsqueeze(1)).to(log_w.dtype)  # (B, E+1)
+    return sel.to(log_w.dtype) @ one_hot  # (E+1,) or (S, E+1): exact integer counts
 
 
 def ess_ratio_log(log_v: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
@@ -202,9 +202,9 @@ def weight_diagnostics(
         k3 = torch.expm1(d).sub_(d)  # (B, T), r − 1 − log r ≥ 0
         out["kl_k3"] = torch.where(m > 0, k3, torch.zeros((), dtype=dtype, device=k3.device)).sum() / total_tok.clamp(min=1)
     out.update(same_batch_diagnostics(log_w, pos, low, frac_pos_low_w=out["frac_pos_low_w"]))
-    for sign, sel in zip(SIGNS, (pos, neg)):
-        counts = log_w_histogram(log_w, sel)  # (n_bins,)
-        out.update({f"log_w_hist/{sign}/{name}": c for name, c in zip(LOG_W_BIN_NAMES, counts.unbind())})
+    counts = log_w_histogram(log_w, torch.stack((pos, neg)))  # (2, n_bins), rows in SIGNS order
+    for sign, row in zip(SIGNS, counts.unbind()):
+        out.update({f"log_w_hist/{sign}/{name}": c for name, c in zip(LOG_W_BIN_NAMES, row.unbind())})
     return out
 
 
@@ -220,8 +220,14 @@ def same_batch_diagnostics(
       low: (B,) bool, ``pos`` rows with log W < LOW_W.
       frac_pos_low_w: 0-d, |low| / |pos| (already computed; repeated under ``same_batch/``).
     """
+    phi = torch.stack((_RESPO_POS_PHI(log_w), _VESPO_POS_PHI(log_w)))  # (2, B)
+    zero = torch.zeros((), dtype=phi.dtype, device=phi.device)
+    pos_mass = torch.where(pos, phi, zero).sum(dim=-1)  # (2,)
+    low_mass = torch.where(low, phi, zero).sum(dim=-1)  # (2,)
+    share = torch.where(pos_mass > 0, low_mass / pos_mass.clamp(min=1e-38), _nan(phi))  # (2,)
+    respo_share, vespo_share = share.unbind()
     return {
         "same_batch/frac_pos_low_w": frac_pos_low_w,
-        "same_batch/respo_pos_low_w_mass_share": _mass_share(_RESPO_POS_PHI(log_w), pos, low),
-        "same_batch/vespo_pos_low_w_mass_share": _mass_share(_VESPO_POS_PHI(log_w), pos, low),
+        "same_batch/respo_pos_low_w_mass_share": respo_share,
+        "same_batch/vespo_pos_low_w_mass_share": vespo_share,
     }
