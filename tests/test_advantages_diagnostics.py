@@ -90,3 +90,23 @@ def test_staleness_shows_starvation_in_vespo_not_respo():
     assert mr["frac_pos_low_w"].item() == mv["frac_pos_low_w"].item() == 0.5
     assert mv["pos_low_w_mass_share"].item() == pytest.approx(0.041, abs=2e-3)
     assert mr["pos_low_w_mass_share"].item() == pytest.approx(0.575, abs=2e-3)
+
+
+def test_weight_diagnostics_keys():
+    # The earlier keys stay; the same-batch comparison and the per-sign log W histogram are added.
+    from respo.core.diagnostics import LOG_W_BIN_NAMES
+
+    d = weight_diagnostics(torch.zeros(3), torch.ones(3), torch.tensor([1.0, -1.0, 0.0]), torch.ones(3, 2),
+                           token_log_ratio=torch.zeros(3, 2))  # fmt: skip
+    earlier = {f"log_w/{q}" for q in ("p01", "p10", "p50", "p90", "p99", "mean", "min", "max")} | {
+        "ess_w", "ess_phi", "coef_mean", "n_pos", "n_neg", "n_zero_adv", "frac_pos_low_w", "pos_low_w_mass_share",
+        "frac_starved", "approx_kl", "kl_k3",
+    } | {f"phi/{s}_{k}" for s in ("pos", "neg") for k in ("mean", "min", "max")}
+    added = {"same_batch/frac_pos_low_w", "same_batch/respo_pos_low_w_mass_share",
+             "same_batch/vespo_pos_low_w_mass_share"} | {
+        f"log_w_hist/{s}/{b}" for s in ("pos", "neg") for b in LOG_W_BIN_NAMES
+    }  # fmt: skip
+    assert set(d) == earlier | added
+    # all rows at log W = 0: one positive and one negative in [0, 0.25), the zero-advantage row in none
+    assert d["log_w_hist/pos/[0,0.25)"].item() == 1.0 and d["log_w_hist/neg/[0,0.25)"].item() == 1.0
+    assert sum(d[f"log_w_hist/pos/{b}"].item() + d[f"log_w_hist/neg/{b}"].item() for b in LOG_W_BIN_NAMES) == 2.0

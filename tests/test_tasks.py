@@ -289,3 +289,23 @@ def test_load_task_turns_every_user_mistake_into_one_task_error(tmp_path):
             load_task(spec, kwargs)
         assert "\n" not in str(err.value)
     assert load_task("addition", {"digits": 2}).name.startswith("addition")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_long_task_verifiers_never_crash(text):
+    # the long settings: 85-digit addition and 13 × 13-digit multiplication
+    for task in (get_task("addition", digits=85), get_task("multiplication", digits=13)):
+        ex = task.examples("train", 1, seed=0)[0]
+        assert task.score(text, ex) in (1.0, -1.0)
+        assert task.score(text + ";" + ex.answer, ex) == 1.0  # a final group with the answer is correct
+
+
+def test_multiplication_splits_deterministic_and_disjoint():
+    task = get_task("multiplication", digits=2, multiplier_digits=2)
+    train = task.examples("train", 200, seed=1)
+    assert [e.prompt for e in train] == [e.prompt for e in task.examples("train", 200, seed=1)]
+    test = task.examples("test", 40, seed=1) + task.examples("test", 40, seed=7)
+    assert not {e.prompt for e in train} & {e.prompt for e in test}
+    for ex in train[:30] + test[:10]:
+        assert task.score(task.demonstration(ex), ex) == 1.0

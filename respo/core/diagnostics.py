@@ -19,18 +19,54 @@ Keys:
   frac_starved              fraction of responses whose coefficient φ < 1e-3
   approx_kl                 k1 estimate of KL(π_old ‖ π_θ) per token: −Σ log W / Σ tokens
   kl_k3                     k3 estimate per token, mean of (r − 1 − log r), when token ratios are given
+
+Same-batch kernel comparison (whatever objective trains, on this batch's log W and signs):
+  same_batch/frac_pos_low_w              fraction of positives with log W < −1 (= frac_pos_low_w)
+  same_batch/respo_pos_low_w_mass_share  Σ_{low} φ⁺_ReSPO / Σ_{pos} φ⁺_ReSPO with the published φ⁺
+                                         (respo_kernel(*RESPO_POS)): the share of positive
+                                         coefficient mass ReSPO would give the under-generated
+  same_batch/vespo_pos_low_w_mass_share  the same under VESPO's φ⁺ (vespo_kernel(*VESPO_POS))
+  (the paper's "22.8 % of positives, 38.5 % of ReSPO's mass vs 15.5 % under VESPO" reads these
+  three on one batch.)
+
+Histogram of log W per advantage sign, counts over fixed left-closed bins [lo, hi) with the edges
+LOG_W_BIN_EDGES between −inf and +inf (12 bins; the four below −1 hold exactly the "low" rows):
+  log_w_hist/pos/[-inf,-8) … log_w_hist/pos/[2,+inf)   positives (Â > 0)
+  log_w_hist/neg/[-inf,-8) … log_w_hist/neg/[2,+inf)   negatives (Â < 0)
+(rows with NaN log W are in no bin.)
 """
 
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
+
+from respo.core.kernels import RESPO_POS, VESPO_POS, respo_kernel, vespo_kernel
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 LOW_W = -1.0  # log W threshold of "under-generated"
 STARVED = 1e-3  # coefficient below which a response is "starved"
+#: Inner edges of the log W histogram; the bins are [−inf, −8), [−8, −4), …, [2, +inf).
+LOG_W_BIN_EDGES = (-8.0, -4.0, -2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0)
+SIGNS = ("pos", "neg")  # advantage signs of the histogram: Â > 0, Â < 0
+
+_RESPO_POS_PHI = respo_kernel(*RESPO_POS)  # φ⁺(W) = ((1+W)/2)·e^(1−W)
+_VESPO_POS_PHI = vespo_kernel(*VESPO_POS)  # φ⁺(W) = W²·e^(3(1−W))
+
+
+def _edge_name(x: float) -> str:
+    return "+inf" if x == math.inf else f"{x:g}"
+
+
+def log_w_bin_names(edges: Tuple[float, ...] = LOG_W_BIN_EDGES) -> Tuple[str, ...]:
+    """"[lo,hi)" per bin of the inner ``edges`` bounded by ∓inf: "[-inf,-8)", …, "[2,+inf)"."""
+    bounds = (-math.inf, *edges, math.inf)
+    return tuple(f"[{_edge_name(lo)},{_edge_name(hi)})" for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+LOG_W_BIN_NAMES = log_w_bin_names()
 
 
 def _nan(like: torch.Tensor) -> torch.Tensor:
@@ -50,6 +86,31 @@ def _masked_stats(x: torch.Tensor, sel: torch.Tensor, prefix: str) -> Dict[str, 
         f"{prefix}_min": torch.where(empty, nan, mn),
         f"{prefix}_max": torch.where(empty, nan, mx),
     }
+
+
+def _mass_share(phi: torch.Tensor, pos: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """Σ_{low} φ / Σ_{pos} φ (NaN when the positives carry no mass); ``low`` ⊆ ``pos``, shapes (B,)."""
+    zero = torch.zeros_like(phi)
+    pos_mass = torch.where(pos, phi, zero).sum()
+    low_mass = torch.where(low, phi, zero).sum()
+    return torch.where(pos_mass > 0, low_mass / pos_mass.clamp(min=1e-38), _nan(phi))
+
+
+def log_w_histogram(log_w: torch.Tensor, sel: torch.Tensor, edges: Tuple[float, ...] = LOG_W_BIN_EDGES) -> torch.Tensor:
+    """Counts of the selected log W per left-closed bin [e_{i−1}, e_i) of ``edges`` bounded by ∓inf.
+
+    Args:
+      log_w: (B,) log-weights (±inf fall in the end bins; NaN in none).
+      sel: (B,) bool selection, or (S, B) for S selections at once.
+
+    Returns:
+      (len(edges) + 1,) counts in ``log_w``'s dtype, or (S, len(edges) + 1).
+    """
+    bounds = torch.tensor(edges, dtype=log_w.dtype, device=log_w.device)  # (E,)
+    idx = torch.bucketize(log_w, bounds, right=True)  # (B,), bounds[i−1] ≤ x < bounds[i]
+    bins = torch.arange(len(edges) + 1, device=log_w.device)  # (E+1,)
+    one_hot = ((idx.unsqueeze(1) == bins) & ~torch.isnan(log_w).unsqueeze(1)).to(log_w.dtype)  # (B, E+1)
+    return sel.to(log_w.dtype) @ one_hot  # (E+1,) or (S, E+1): exact integer counts
 
 
 def ess_ratio_log(log_v: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
@@ -131,9 +192,7 @@ def weight_diagnostics(
     low = pos & (log_w < LOW_W)
     out["frac_pos_low_w"] = torch.where(n_pos > 0, low.sum().to(dtype) / n_pos.clamp(min=1), _nan(phi))
     zero = torch.zeros_like(phi)
-    pos_mass = torch.where(pos, phi, zero).sum()
-    low_mass = torch.where(low, phi, zero).sum()
-    out["pos_low_w_mass_share"] = torch.where(pos_mass > 0, low_mass / pos_mass.clamp(min=1e-38), _nan(phi))
+    out["pos_low_w_mass_share"] = _mass_share(phi, pos, low)
     out["frac_starved"] = (rows & (phi < STARVED)).sum().to(dtype) / n.clamp(min=1)
 
     total_tok = n_tok.sum()
@@ -142,4 +201,33 @@ def weight_diagnostics(
         d = token_log_ratio.detach().to(dtype).clamp(-20, 20)  # clamp also maps NaN-free masked values to finite
         k3 = torch.expm1(d).sub_(d)  # (B, T), r − 1 − log r ≥ 0
         out["kl_k3"] = torch.where(m > 0, k3, torch.zeros((), dtype=dtype, device=k3.device)).sum() / total_tok.clamp(min=1)
+    out.update(same_batch_diagnostics(log_w, pos, low, frac_pos_low_w=out["frac_pos_low_w"]))
+    counts = log_w_histogram(log_w, torch.stack((pos, neg)))  # (2, n_bins), rows in SIGNS order
+    for sign, row in zip(SIGNS, counts.unbind()):
+        out.update({f"log_w_hist/{sign}/{name}": c for name, c in zip(LOG_W_BIN_NAMES, row.unbind())})
     return out
+
+
+def same_batch_diagnostics(
+    log_w: torch.Tensor, pos: torch.Tensor, low: torch.Tensor, *, frac_pos_low_w: torch.Tensor
+) -> Dict[str, torch.Tensor]:
+    """The share of positive coefficient mass ReSPO's and VESPO's published φ⁺ would each give the
+    under-generated positives (log W < −1) of this batch, whichever objective produced it.
+
+    Args:
+      log_w: (B,) detached sequence log-weights.
+      pos: (B,) bool, non-empty rows with Â > 0.
+      low: (B,) bool, ``pos`` rows with log W < LOW_W.
+      frac_pos_low_w: 0-d, |low| / |pos| (already computed; repeated under ``same_batch/``).
+    """
+    phi = torch.stack((_RESPO_POS_PHI(log_w), _VESPO_POS_PHI(log_w)))  # (2, B)
+    zero = torch.zeros((), dtype=phi.dtype, device=phi.device)
+    pos_mass = torch.where(pos, phi, zero).sum(dim=-1)  # (2,)
+    low_mass = torch.where(low, phi, zero).sum(dim=-1)  # (2,)
+    share = torch.where(pos_mass > 0, low_mass / pos_mass.clamp(min=1e-38), _nan(phi))  # (2,)
+    respo_share, vespo_share = share.unbind()
+    return {
+        "same_batch/frac_pos_low_w": frac_pos_low_w,
+        "same_batch/respo_pos_low_w_mass_share": respo_share,
+        "same_batch/vespo_pos_low_w_mass_share": vespo_share,
+    }

@@ -9,6 +9,11 @@ matches the tokenizer. Nothing is downloaded: a path is loaded with ``local_file
   MoE MLP in every layer: 8 experts, top-2, expert width 128. ``output_router_logits`` is
   available on every forward (``model(..., output_router_logits=True).router_logits`` is a
   tuple with one ``(B*L, n_experts)`` tensor per layer).
+
+Both presets have 1024 positions, so the longest task settings fit (85-digit scratchpad
+addition: 173 prompt + 512 response tokens; 13×13-digit multiplication: 29 + 521). Qwen3's
+default rotary embedding reads no position limit, so weights and outputs are those of the
+earlier 512-position presets, bit for bit (only ``config.json`` differs).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ _COMMON: dict[str, Any] = {
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
     "head_dim": 32,
-    "max_position_embeddings": 512,
+    "max_position_embeddings": 1024,  # default RoPE: the positions only bound the context, no number depends on them
     "tie_word_embeddings": True,
     "rms_norm_eps": 1e-6,
     "initializer_range": 0.02,

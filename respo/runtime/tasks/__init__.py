@@ -71,6 +71,7 @@ from .base import (
     stable_hash,
 )
 from .math_files import MathTask, read_math_rows
+from .multiplication import MultiplicationTask
 from .reasoning_gym_task import ReasoningGymTask
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
 TASK_KINDS: dict[str, tuple[type[Task], str | None]] = {
     "addition": (AdditionTask, None),
     "countdown": (CountdownTask, None),
+    "multiplication": (MultiplicationTask, None),
     "reasoning_gym": (ReasoningGymTask, "name"),
     "math": (MathTask, "path"),
 }

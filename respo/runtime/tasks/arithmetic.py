@@ -12,7 +12,9 @@ from .base import Example, ProceduralTask
 
 __all__ = ["AdditionTask", "CountdownTask", "safe_eval", "MAX_DIGITS", "MAX_EXPRESSION_CHARS"]
 
-MAX_DIGITS = 18  # two 18-digit operands still sum below 2**63
+#: Largest addition operand: at 120 digits prompt (2·120 + 2, + BOS) and response (6·120 + 1, + EOS)
+#: take 965 tokens, within the presets' 1024 positions (answers are Python ints: no overflow).
+MAX_DIGITS = 120
 MIN_NUMBERS, MAX_NUMBERS = 2, 8  # countdown: how many numbers a prompt may give
 MAX_EXPRESSION_CHARS = 200  # longer countdown answers are rejected unparsed
 
@@ -26,6 +28,17 @@ class AdditionTask(ProceduralTask):
     a_i b_i c_i s_i, where c_i is the carry *into* the column and s_i = (a_i + b_i + c_i) mod 10,
     then the sum zero-padded to ``digits + 1`` characters. Without scratchpad the response is
     the plain sum "579".
+
+    The scratchpad makes the response length a knob: 6·digits + 1 characters, + 1 for EOS.
+
+        digits  response tokens (EOS included)
+             5   32
+            21  128
+            42  254
+            85  512
+
+    (``tests/test_long_tasks.py`` measures these from the demonstrations with the char tokenizer.)
+    The prompt takes 2·digits + 2 tokens (+ BOS): 85 digits need 173 + 512 = 685 positions.
     """
 
     alphabet = ARITHMETIC_ALPHABET
