@@ -13,7 +13,11 @@ Specs accepted by ``get_task``:
   One column per group, least significant first: a_i b_i c_i s_i, where c_i is the carry
   *into* the column and s_i = (a_i + b_i + c_i) mod 10, then the sum zero-padded to
   ``digits + 1`` characters. Response length = 5·digits + digits + 1 (+ EOS): 20 tokens at
-  3 digits, 32 at 5 digits. Without scratchpad the response is the plain sum "579".
+  3 digits, 32 at 5 digits, 128 at 21, 254 at 42, 512 at 85 (up to ``MAX_DIGITS`` = 120).
+  Without scratchpad the response is the plain sum "579".
+- ``multiplication`` (kwargs ``digits``, ``multiplier_digits``): "123*45=" -> one group of partial
+  product and running sum per digit of the multiplier, then the product; a long worked answer of
+  another kind (31 tokens at 3x2 digits, 123 at 5x6, 252 at 8x9, 521 at 13x13).
 - ``countdown`` (kwargs ``n_numbers=4``, ``max_number=20``, ``max_target=200``):
   "3,7,12,5>120:" -> an expression over the given numbers, each used at most once, with
   + - * / and parentheses, that evaluates exactly to the target ("(3+7)*12").
@@ -31,7 +35,7 @@ puts the test fraction of rows with the smallest hashes in the test split (``has
 (task, split, seed).
 
 Modules: ``base`` (interface, reward, penalty, splits, batch scoring), ``arithmetic``
-(addition, countdown), ``reasoning_gym_task``, ``math_files``.
+(addition, countdown), ``multiplication``, ``reasoning_gym_task``, ``math_files``.
 
 Adding a task
 -------------
@@ -125,7 +129,7 @@ def get_task(spec: str, *, overlong: tuple[int, int] | OverlongPenalty | None = 
     """Build a task from a spec string.
 
     Args:
-        spec: ``addition``, ``countdown``, ``reasoning_gym:<name>`` or ``math:<path>`` (the
+        spec: ``addition``, ``countdown``, ``multiplication``, ``reasoning_gym:<name>`` or ``math:<path>`` (the
             kinds of ``TASK_KINDS``).
         overlong: optional ``(max_len, buffer)`` for the linear overlong penalty.
         **kwargs: the task's knobs (e.g. ``digits=5`` for addition).
