@@ -97,7 +97,7 @@ def test_alpha_one_is_the_continuous_limit(beta, lam, dtype):
     # With p = α − 1: log φ₀ = (1/p)·log((1−β) + β·e^(pL)) = β·L + p·β(1−β)·L²/2 + O(p²), L = log W.
     # The first-order term is real: for (β, λ) = (.5, 2) at L ≈ −6, φ ≈ 0.33 moves by
     # 0.33·(1 − λφ₀)·p·0.25·36/2 ≈ 1.4e-4 at p = 1e-4. So φ(α = 1 ± 1e-4) matches φ(α = 1) to 2e-4
-    # (the 1e-4 is slightly too tight), and the gap shrinks linearly with p.
+    # (a 1e-4 tolerance would be slightly too tight), and the gap shrinks linearly with p.
     lw = torch.linspace(-20, 20, 401, dtype=dtype)
     ref = respo_kernel(1.0, beta, lam)(lw)
     scale = ref.abs().clamp(min=1.0)  # relative where φ is large (λ = 0 lets φ = W reach e^20)

@@ -100,8 +100,8 @@ Integration points for the trainer
     where the current router sends the tokens.
 (c) Logging, per update: the router's current choice is ``rp.router_routing()`` under replay
     (free) or ``rec.routing()`` of (b)'s recorder; gather the micro-batches with
-    ``cat_routings(nows, length=L)`` and log
-    ``moe_metrics(batch_routing, cat_routings(nows, L), num_experts, batch.mask)``: router shift
+    ``cat_routings(current_routings, length=L)`` and log
+    ``moe_metrics(batch_routing, cat_routings(current_routings, L), num_experts, batch.mask)``: router shift
     overall / any layer / overlap / per layer on the response tokens (``mask`` (B, T) is
     right-aligned to the last T columns) and the rollout's expert-load balance.
 """
