@@ -6,6 +6,9 @@ fields of `respo.train.config.TrainConfig` (one ``--field-name VALUE`` per field
 dataclass stays the single definition of every setting and no extra dependency is needed. Values
 given on the command line override the ``--config`` TOML file.
 
+Values may be negative numbers (``--lr -1e-4`` reads like ``--lr=-1e-4``). Task settings have one
+spelling everywhere: ``--task-kwargs JSON`` or ``--task-kwarg KEY=VALUE`` (repeatable).
+
 Other modules add subcommands: every module listed in ``EXTENSIONS`` defines
 ``register(subparsers)`` and is called with the argparse subparsers (the study's ``sweep``/``report``,
 the runtime's ``sft``). They are part of the package, so a failure to import one is an error, not a
@@ -18,6 +21,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,23 +30,57 @@ from respo.errors import RespoError
 __all__ = ["main", "build_parser"]
 
 EXTENSIONS = ("respo.study.cli", "respo.runtime.sft")
+#: Any number with a leading minus sign (argparse's own pattern misses exponents such as -1e-4).
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, reading every negative number (``-1e-4`` too) as a value rather than a flag."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
+
+
+class NotARunError(RespoError, FileNotFoundError):
+    """``respo eval`` was given a path that is neither a run directory nor a model directory."""
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    from respo import OBJECTIVES
+    from respo.runtime.tasks import task_help
+    from respo.runtime.tasks.args import add_task_kwargs_arguments
     from respo.train.config import TrainConfig
 
     g = p.add_argument_group("config fields (override the TOML file)")
+    extra = {"objective": f" (one of {', '.join(OBJECTIVES)})", "task": f" (one of {task_help()})"}
     for f in dataclasses.fields(TrainConfig):
+        if f.name == "task_kwargs":  # both spellings (JSON or KEY=VALUE), parsed to a dict here
+            add_task_kwargs_arguments(g, f.metadata["help"].replace("%", "%%") + " (default: {})")
+            continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = json.dumps(default) if not isinstance(default, str) else repr(default) if not default else default
         # argparse expands %-formats in help strings; a literal % must be doubled
-        text = f.metadata.get("help", "").replace("%", "%%")
+        text = (f.metadata.get("help", "") + extra.get(f.name, "")).replace("%", "%%")
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f"cfg__{f.name}", default=None, metavar="V",
                        help=f"{text} (default: {shown})")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    return {k[5:]: v for k, v in vars(args).items() if k.startswith("cfg__") and v is not None}
+    out = {k[5:]: v for k, v in vars(args).items() if k.startswith("cfg__") and v is not None}
+    if getattr(args, "task_kwargs", None) is not None:
+        out["task_kwargs"] = args.task_kwargs
+    return out
+
+
+def _transformers_progress(show: bool) -> None:
+    """Show or silence transformers' own progress bars ("Loading weights", "Writing model shards")."""
+    from transformers.utils import logging as hf_logging
+
+    if show:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
 
 
 def _scalars(ev):
@@ -55,6 +93,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from respo.train.trainer import train
 
     cfg = load_config(args.config, _overrides(args))
+    _transformers_progress(cfg.progress)
     run_dir = train(cfg, resume=args.resume, overwrite=args.overwrite)
     summary = json.loads((run_dir / "summary.json").read_text())
     print(json.dumps({"run_dir": str(run_dir), "eval_before": _scalars(summary.get("eval_before")),
@@ -67,6 +106,10 @@ def _eval_source(args: argparse.Namespace) -> tuple:
     what a run directory's config.json or a warm start's respo_warm_start.json recorded."""
     src = Path(args.model)
     task_spec, task_kwargs, max_new = args.task, None, args.max_new_tokens
+    if not (src / "config.json").is_file() and not (src / "respo_warm_start.json").is_file():
+        raise NotARunError(f"not a run or model directory: {src}")
+    if (src / "metrics.jsonl").is_file() and not (src / "final").is_dir():
+        raise NotARunError(f"run directory {src} has no final/ policy yet (the run has not finished)")
     if (src / "config.json").is_file() and (src / "final").is_dir():  # a run directory
         run_cfg = json.loads((src / "config.json").read_text())
         task_spec = task_spec or run_cfg["task"]
@@ -78,13 +121,8 @@ def _eval_source(args: argparse.Namespace) -> tuple:
         task_spec = task_spec or info["config"]["task"]
         task_kwargs = info["config"].get("task_kwargs", {})
         max_new = max_new or info.get("max_new_tokens")
-    if args.task_kwargs is not None:  # explicit settings win over the recorded ones
-        try:
-            task_kwargs = json.loads(args.task_kwargs)
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"respo eval: --task-kwargs must be a JSON object, e.g. '{{\"digits\": 5}}': {e}")
-        if not isinstance(task_kwargs, dict):
-            raise SystemExit(f"respo eval: --task-kwargs must be a JSON object, got {args.task_kwargs!r}")
+    if args.task_kwargs is not None:  # explicit settings win over the recorded ones (parsed by argparse)
+        task_kwargs = args.task_kwargs
     if task_kwargs is None:
         task_kwargs = {}
         print(f"respo eval: {src} records no task settings; using the defaults of task "
@@ -95,7 +133,7 @@ def _eval_source(args: argparse.Namespace) -> tuple:
 def _cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
-    from respo.runtime.tasks import get_task
+    from respo.runtime.tasks import load_task
     from respo.train.config import apply_overrides, TrainConfig
     from respo.train.evaluate import evaluate_policy
     from respo.train.trainer import EVAL_SEED, load_run_policy
@@ -105,8 +143,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                           "task_kwargs": task_kwargs, "warm_start": False})
     if args.threads:
         torch.set_num_threads(args.threads)
+    task = load_task(cfg.task, cfg.task_kwargs)
     policy = load_run_policy(cfg)
-    task = get_task(cfg.task, **cfg.task_kwargs)
     examples = task.examples("test", args.prompts, EVAL_SEED)
     out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=max_new or 24,
                           temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed),
@@ -116,15 +154,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from respo.train.config import coerce
     from respo.train.demo import run_demo
 
-    report = run_demo(overrides=_overrides(args))
+    overrides = _overrides(args)
+    _transformers_progress(coerce("progress", overrides.get("progress", True)))
+    report = run_demo(overrides=overrides)
     print(f"report: {report}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="respo", description="Stable off-policy RL for LMs under rollout staleness (ReSPO).")
+    from respo.runtime.tasks import task_help
+    from respo.runtime.tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
+
+    parser = _Parser(prog="respo", description="Stable off-policy RL for LMs under rollout staleness (ReSPO).")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a policy (sync reuse-N or async)",
@@ -138,9 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="held-out mean@k / pass@k of a run or model directory")
     p.add_argument("model", help="a run directory (uses its final/ policy and task) or a model directory")
-    p.add_argument("--task", default=None, help="task spec (default: the run's or warm start's task, else addition)")
-    p.add_argument("--task-kwargs", default=None,
-                   help='task settings as JSON, e.g. \'{"digits": 5}\' (default: the run\'s or warm start\'s)')
+    p.add_argument("--task", default=None,
+                   help=f"task spec: {task_help()} (default: the run's or warm start's task, else addition)")
+    add_task_kwargs_arguments(p, f"{TASK_KWARGS_HELP} (default: the run's or warm start's)")
     p.add_argument("--prompts", type=int, default=256, help="held-out prompts to evaluate")
     p.add_argument("--k", type=int, default=8, help="samples per prompt")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")

@@ -60,10 +60,13 @@ def test_eval_uses_the_recorded_task_settings(tmp_path, capsys):
     assert (src, task, kwargs, max_new) == (ws, "addition", {"digits": 5, "scratchpad": True}, 39)
     _, _, kwargs, _ = _eval_source(parse(["eval", str(ws), "--task-kwargs", '{"digits": 3}']))
     assert kwargs == {"digits": 3}
-    with pytest.raises(SystemExit, match="must be a JSON object"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
         _eval_source(parse(["eval", str(ws), "--task-kwargs", "digits=3"]))
+    assert exit_.value.code == 2 and "must be a JSON object" in capsys.readouterr().err
     # a bare model directory records nothing: defaults are used, and the user is told so
     bare = tmp_path / "bare"
     bare.mkdir()
+    (bare / "config.json").write_text("{}")  # what makes it a (Hugging Face) model directory
     assert _eval_source(parse(["eval", str(bare)]))[2] == {}
     assert "records no task settings" in capsys.readouterr().err

@@ -1,43 +1,21 @@
-"""Run directories that cannot be corrupted, (refusals, resume, finishing) (CLI level, temporary dirs).
+"""Run directories that cannot be corrupted: refusals, resume, finishing (CLI level, temporary dirs).
 
 Every test here drives `respo.cli.main` the way a user drives `respo ...` and checks what is left on
 disk: nothing overwritten, nothing mixed, nothing recorded falsely, one readable line on failure.
 """
 
 import json
-import warnings
-from pathlib import Path
 
 import pytest
 
-from respo.cli import main
-
-TINY = ["--warm-start", "false", "--threads", "1", "--prompts", "2", "--group-size", "4", "--max-new-tokens", "8",
-        "--eval-prompts", "4", "--eval-k", "2", "--progress", "false", "--tensorboard", "false",
-        "--task-kwargs", '{"overlong": [8, 7]}', "--lr", "1e-3", "--warmup", "1"]
-
-
-def _train(run, *extra):
-    return main(["train", *TINY, "--out-dir", str(run), *extra])
-
-
-def _records(run):
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines()]
-
-
-def _one_error_line(err: str, command: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert lines, "no error message"
-    assert lines[-1].startswith(f"respo {command}: error: "), err
-    assert "Traceback" not in err, err
-    return lines[-1]
+from cli_support import one_error_line, records, train_cli
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A finished 4-update run with checkpoints at 2 and 4."""
     run = tmp_path_factory.mktemp("finished") / "run"
-    assert _train(run, "--updates", "4", "--checkpoint-every", "2") == 0
+    assert train_cli(run, "--updates", "4", "--checkpoint-every", "2") == 0
     return run
 
 
@@ -53,16 +31,16 @@ def test_a_second_run_into_a_used_directory_is_refused(finished_run, tmp_path, c
     run = _copy(finished_run, tmp_path)
     before = (run / "metrics.jsonl").read_bytes()
     capsys.readouterr()
-    assert _train(run, "--updates", "3") == 2
-    line = _one_error_line(capsys.readouterr().err, "train")
+    assert train_cli(run, "--updates", "3") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
     assert "--resume" in line and "--overwrite" in line
     assert (run / "metrics.jsonl").read_bytes() == before  # nothing touched
 
 
 def test_overwrite_clears_the_directory_first(finished_run, tmp_path):
     run = _copy(finished_run, tmp_path)
-    assert _train(run, "--updates", "3", "--checkpoint-every", "1", "--overwrite") == 0
-    updates = [r["update"] for r in _records(run) if "event" not in r]
+    assert train_cli(run, "--updates", "3", "--checkpoint-every", "1", "--overwrite") == 0
+    updates = [r["update"] for r in records(run) if "event" not in r]
     assert updates == [1, 2, 3]
     ckpts = sorted(p.name for p in (run / "ckpt").iterdir())
     assert all("4" not in name for name in ckpts), ckpts  # the old run's update-4 checkpoint is gone
@@ -73,16 +51,16 @@ def test_resume_refuses_settings_that_change_the_experiment(finished_run, tmp_pa
     run = _copy(finished_run, tmp_path)
     config_before = (run / "config.json").read_text()
     capsys.readouterr()
-    assert _train(run, "--resume", "--objective", "grpo", "--objective-kwargs", "{}", "--lr", "1e-2") == 2
-    line = _one_error_line(capsys.readouterr().err, "train")
+    assert train_cli(run, "--resume", "--objective", "grpo", "--objective-kwargs", "{}", "--lr", "1e-2") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
     assert "objective" in line and "lr" in line
     assert (run / "config.json").read_text() == config_before
 
 
 def test_resume_may_extend_updates_and_records_the_change(finished_run, tmp_path):
     run = _copy(finished_run, tmp_path)
-    assert _train(run, "--resume", "--updates", "6", "--checkpoint-every", "2") == 0
-    updates = [r["update"] for r in _records(run) if "event" not in r]
+    assert train_cli(run, "--resume", "--updates", "6", "--checkpoint-every", "2") == 0
+    updates = [r["update"] for r in records(run) if "event" not in r]
     assert updates == [1, 2, 3, 4, 5, 6]
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["updates"] == 6
@@ -98,8 +76,8 @@ def test_resume_without_a_checkpoint_refuses_a_used_directory(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"update": 1, "score": 0.5}\n')
-    assert _train(run, "--resume", "--updates", "2") == 2
-    line = _one_error_line(capsys.readouterr().err, "train")
+    assert train_cli(run, "--resume", "--updates", "2") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
     assert "no checkpoint" in line
     assert (run / "metrics.jsonl").read_text() == '{"update": 1, "score": 0.5}\n'
 
@@ -107,15 +85,15 @@ def test_resume_without_a_checkpoint_refuses_a_used_directory(tmp_path, capsys):
 def test_resume_in_an_empty_directory_starts_fresh(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    assert _train(run, "--resume", "--updates", "2") == 0
-    assert [r["update"] for r in _records(run) if "event" not in r] == [1, 2]
+    assert train_cli(run, "--resume", "--updates", "2") == 0
+    assert [r["update"] for r in records(run) if "event" not in r] == [1, 2]
 
 
 def test_resume_of_a_finished_run_changes_nothing(finished_run, tmp_path, capsys):
     run = _copy(finished_run, tmp_path)
     files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     capsys.readouterr()
-    assert _train(run, "--resume", "--updates", "4") == 0
+    assert train_cli(run, "--resume", "--updates", "4") == 0
     assert "finished" in capsys.readouterr().out + capsys.readouterr().err
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files
 
@@ -127,8 +105,8 @@ def test_resume_after_a_kill_before_final_does_not_evaluate_twice(finished_run, 
     run = _copy(finished_run, tmp_path)
     shutil.rmtree(run / "final")
     (run / "summary.json").unlink()
-    assert _train(run, "--resume", "--updates", "4") == 0
-    evals_at_end = [r for r in _records(run) if r.get("event") == "eval" and r["update"] == 4]
+    assert train_cli(run, "--resume", "--updates", "4") == 0
+    evals_at_end = [r for r in records(run) if r.get("event") == "eval" and r["update"] == 4]
     assert len(evals_at_end) == 1
     assert (run / "final").is_dir() and json.loads((run / "summary.json").read_text())["updates"] == 4
 
@@ -147,7 +125,7 @@ def test_nan_metrics_are_counted_and_warned(tmp_path):
 def test_repeated_prompts_are_said(tmp_path, capsys):
     # 3 mini-batches of 2 prompts per rollout step from a pool of 4 prompts: 2 prompts repeat.
     run = tmp_path / "run"
-    assert _train(run, "--reuse", "3", "--train-pool", "4", "--updates", "3") == 0
+    assert train_cli(run, "--reuse", "3", "--train-pool", "4", "--updates", "3") == 0
     assert "repeat" in capsys.readouterr().err
-    first = [r for r in _records(run) if "event" not in r][0]
+    first = [r for r in records(run) if "event" not in r][0]
     assert first["repeated_prompts"] == 2

@@ -139,3 +139,46 @@ def test_register_adds_an_sft_subcommand(tmp_path):
         assert args.func(args) == 0
     (path,) = [p for p in tmp_path.iterdir() if p.name.startswith("tiny-moe-addition-")]
     assert json.loads((path / INFO_FILE).read_text())["steps"] == 2
+
+
+def test_building_a_warm_start_says_so_and_why(tmp_path, capsys):
+    tiny = dict(task_kwargs={"digits": 2}, max_steps=1, batch_size=4, eval_prompts=4, eval_n=4)
+    with pytest.warns(UserWarning, match="outside"):
+        first = warm_start("addition", "tiny-dense", tmp_path, **tiny)
+    err = capsys.readouterr().err
+    assert f"warm start: building {first.path} by SFT (up to 1 steps)" in err
+    assert f"no cached warm start with key {first.path.name.rsplit('-', 1)[1]}" in err
+    # another setting, same preset and task: the message names what differs from the cached one
+    with pytest.warns(UserWarning, match="outside"):
+        warm_start("addition", "tiny-dense", tmp_path, **{**tiny, "max_steps": 2})
+    assert f"cached {first.path.name} differs in max_steps" in capsys.readouterr().err
+    # a cached one is reused silently
+    assert warm_start("addition", "tiny-dense", tmp_path, **tiny).reused
+    assert "building" not in capsys.readouterr().err
+
+
+def test_train_passes_its_sft_settings_to_the_warm_start():
+    from respo.train.config import ConfigError, load_config
+    from respo.train.policy import _warm_kwargs
+
+    cfg = load_config(None, {"sft_kwargs": '{"max_steps": 300}', "task_kwargs": {"digits": 4, "overlong": [8, 7]}})
+    assert _warm_kwargs(cfg) == {"max_steps": 300, "task_kwargs": {"digits": 4}}
+    with pytest.raises(ConfigError, match="sft_kwargs has unknown setting.*max_step;"):
+        load_config(None, {"sft_kwargs": {"max_step": 300}})
+
+
+def test_sft_cli_bad_task_is_a_one_line_error(capsys):
+    from respo.cli import main as respo_main
+
+    assert respo_main(["sft", "--task", "nosuch", "--max-steps", "1"]) == 2
+    assert capsys.readouterr().err.strip().startswith("respo sft: error: unknown task spec 'nosuch'")
+
+
+def test_equivalent_task_settings_name_one_warm_start(tmp_path):
+    # `respo sft` (addition: digits=5, scratchpad=true) and `respo train` with configs/tiny-dense.toml
+    # (task_kwargs digits = 5; scratchpad is addition's default, True) must find the same cache entry
+    tiny = dict(max_steps=1, batch_size=4, eval_prompts=4, eval_n=4)
+    with pytest.warns(UserWarning, match="outside"):
+        first = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2, "scratchpad": True}, **tiny)
+    again = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2}, **tiny)
+    assert again.reused and again.path == first.path

@@ -230,3 +230,43 @@ def test_score_windows_are_the_papers():
     s = [i / 1024 for i in range(1, 1025)]
     assert late_mean(s) == pytest.approx(960.5 / 1024)
     assert early_max(s) == pytest.approx(256 / 1024)
+
+
+def test_report_compares_a_few_ordinary_runs(tmp_path):
+    # two plain runs (not a study grid): one table row each and one figure with both curves.
+    # late mean = mean of the last 16 // 8 = 2 scores: grpo (0.4 + 0.6) / 2 = 0.5, respo (0.7 + 0.9) / 2 = 0.8
+    _fake_run(tmp_path, "grpo", 1, 1e-3, 0, [0.2] * 14 + [0.4, 0.6])
+    _fake_run(tmp_path, "respo", 1, 1e-3, 0, [0.2] * 14 + [0.7, 0.9])
+    text = build_report([tmp_path / "runs"], tmp_path / "cmp").read_text()
+    section = text.split("## Runs compared")[1].split("\n## ")[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    assert len(rows) == 2
+    assert "| grpo | 1 | 0.001 | 0 | 16 | 0.500 |" in section and "| respo | 1 | 0.001 | 0 | 16 | 0.800 |" in section
+    assert (tmp_path / "cmp" / "runs_compared.png").is_file()
+
+
+def test_report_without_runs_is_an_error_and_writes_nothing(tmp_path):
+    from respo.errors import RespoError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RespoError, match="no runs found under"):
+        build_report([tmp_path / "empty"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_resumes_from_a_checkpoint_and_restarts_a_run_killed_before_its_first(tmp_path):
+    # A run with a checkpoint continues (--resume); one killed before its first checkpoint left only
+    # partial records, which cannot be continued, so it starts again (--overwrite) instead of being
+    # refused as a used directory on every relaunch.
+    from respo.study.sweep import RunSpec, train_command
+
+    spec = RunSpec(name="r", overrides={"lr": 1e-4})
+    run = tmp_path / "r"
+    (run / "ckpt" / "update-000002").mkdir(parents=True)
+    (run / "ckpt" / "update-000002" / "manifest.json").write_text("{}")
+    assert "--resume" in train_command(spec, run, tmp_path / "base.toml", 1)
+    fresh = tmp_path / "fresh"
+    (fresh).mkdir()
+    (fresh / "metrics.jsonl").write_text('{"update": 1}\n')
+    cmd = train_command(spec, fresh, tmp_path / "base.toml", 1)
+    assert "--overwrite" in cmd and "--resume" not in cmd

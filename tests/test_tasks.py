@@ -1,6 +1,7 @@
 """Tasks: deterministic disjoint splits, demonstrations that score +1, verifiers that never crash."""
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -271,3 +272,20 @@ def test_a_registered_task_is_built_by_get_task(monkeypatch):
     assert all(task.score(task.demonstration(e), e, length=1) == 1.0 for e in train)
     with pytest.raises(ValueError, match="'echo'"):  # the error lists the registered kinds
         get_task("echo:arg")
+
+
+def test_load_task_turns_every_user_mistake_into_one_task_error(tmp_path):
+    from respo.errors import RespoError
+    from respo.runtime.tasks import TaskError, load_task
+
+    assert issubclass(TaskError, RespoError) and issubclass(TaskError, ValueError)
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "x"}\n')
+    cases = [("nosuch", None, "unknown task spec 'nosuch'"),
+             (f"math:{tmp_path / 'missing.jsonl'}", None, "math task file not found"),
+             (f"math:{tmp_path / 'bad.jsonl'}", None, "bad.jsonl: row 2: no ground truth"),
+             ("addition", {"digitz": 3}, "does not accept settings {'digitz': 3}")]
+    for spec, kwargs, msg in cases:
+        with pytest.raises(TaskError, match=re.escape(msg)) as err:
+            load_task(spec, kwargs)
+        assert "\n" not in str(err.value)
+    assert load_task("addition", {"digits": 2}).name.startswith("addition")

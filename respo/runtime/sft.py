@@ -21,7 +21,7 @@ Cache layout (one directory per settings hash, reused by later calls)::
 
 Command line (``respo sft`` takes the same flags once ``respo.cli`` lists this module)::
 
-    python -m respo.runtime.sft --preset tiny-dense --cache-dir .cache/warm_start --threads 1
+    python -m respo.runtime.sft --preset tiny-dense --threads 1   # caches under .cache/respo, where respo train looks
 
 Measured with the defaults (5-digit scratchpad addition, 32-token responses, batch 64, AdamW
 1e-3, target 0.3; one torch thread, one seed):
@@ -42,6 +42,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -54,15 +55,24 @@ import torch
 from .logprobs import token_logprobs
 from .models import build_policy
 from .sampler import sample
-from .tasks import Task, get_task, score_batch
+from respo.errors import RespoError
+
+from .tasks import Task, get_task, load_task, score_batch, task_defaults, task_help
+from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 from .tokenizer import build_char_tokenizer
 
 INFO_FILE = "respo_warm_start.json"
 #: The pass-rate band RL wants from a base policy (neither hopeless nor saturated).
 PASS_BAND = (0.2, 0.5)
 DEFAULT_TASK = "addition"
+#: Where warm starts are cached; ``respo train``'s ``cache_dir`` has the same default, so both find them.
+DEFAULT_CACHE_DIR = ".cache/respo"
 #: 5-digit scratchpad addition: 31 response characters + EOS = 32 tokens.
 DEFAULT_TASK_KWARGS: dict[str, Any] = {"digits": 5, "scratchpad": True}
+
+
+class SFTSettingsError(RespoError, ValueError):
+    """A warm-start setting out of its range (the message names it and the range)."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +265,7 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
 def warm_start(
     task_spec: str = DEFAULT_TASK,
     preset: str = "tiny-dense",
-    cache_dir: str | Path = ".cache/warm_start",
+    cache_dir: str | Path = DEFAULT_CACHE_DIR,
     *,
     seed: int = 0,
     task_kwargs: dict | None = None,
@@ -271,9 +281,11 @@ def warm_start(
         cache_dir: parent directory of the per-settings cache directories.
         seed: model init, data order and evaluation seed.
         task_kwargs: the task's knobs; ``None`` means ``DEFAULT_TASK_KWARGS`` for the default
-            task and ``{}`` otherwise.
+            task and ``{}`` otherwise. The task's own defaults fill the knobs not given, so
+            ``{"digits": 5}`` and ``{"digits": 5, "scratchpad": True}`` name one cached warm start.
         force: retrain even if a cached policy exists.
-        verbose: print progress lines.
+        verbose: print progress lines (to stderr). Whether or not, building a warm start that is
+            not cached says so, and why, on stderr: SFT takes minutes.
         **config: any other ``SFTConfig`` field (lr, batch_size, max_steps, max_seconds, noise,
             target_pass, eval_every, eval_prompts, eval_n, max_new_tokens, model_overrides, ...).
 
@@ -286,17 +298,20 @@ def warm_start(
     unknown = set(config) - set(SFTConfig.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown warm_start settings: {sorted(unknown)}")
-    cfg = SFTConfig(task=task_spec, task_kwargs=dict(task_kwargs), preset=str(preset), seed=seed, **config)
+    task_kwargs = {**task_defaults(task_spec), **task_kwargs}
+    cfg = SFTConfig(task=task_spec, task_kwargs=task_kwargs, preset=str(preset), seed=seed, **config)
     if not 0 <= cfg.noise < 1:
-        raise ValueError(f"noise must be in [0, 1), got {cfg.noise}")
+        raise SFTSettingsError(f"noise must be in [0, 1), got {cfg.noise}")
     if not 0 < cfg.target_pass <= 1:
-        raise ValueError(f"target_pass must be in (0, 1], got {cfg.target_pass}")
+        raise SFTSettingsError(f"target_pass must be in (0, 1], got {cfg.target_pass}")
     slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in cfg.task)[:40]
     path = Path(cache_dir) / f"{Path(cfg.preset).name}-{slug}-{cfg.key()}"
     if (path / INFO_FILE).is_file() and not force:
         info = json.loads((path / INFO_FILE).read_text())
         return _result(path, info, reused=True)
-    log = print if verbose else (lambda *_: None)
+    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *_: None)
+    print(f"warm start: building {path} by SFT (up to {cfg.max_steps} steps): {_why_not_cached(path, cfg, force)}",
+          file=sys.stderr, flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
     try:
@@ -318,6 +333,21 @@ def warm_start(
     return _result(path, info, reused=False)
 
 
+def _why_not_cached(path: Path, cfg: SFTConfig, force: bool) -> str:
+    """Why a warm start is being built: forced, or no cached one has these settings (key); when one of the
+    same preset and task is cached, the settings in which it differs."""
+    if force:
+        return "force=True"
+    why = f"no cached warm start with key {cfg.key()} in {path.parent}"
+    mine = json.loads(json.dumps(asdict(cfg), default=str))
+    for other in sorted(path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*/{INFO_FILE}")):
+        theirs = json.loads(other.read_text()).get("config", {})
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        why += f"; cached {other.parent.name} differs in {', '.join(diff)}"
+        break
+    return why
+
+
 def _result(path: Path, info: dict, *, reused: bool) -> WarmStart:
     return WarmStart(
         path=path, pass_rate=info["pass_rate"], greedy_pass_rate=info["greedy_pass_rate"],
@@ -326,20 +356,14 @@ def _result(path: Path, info: dict, *, reused: bool) -> WarmStart:
     )
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The warm-start flags: task, preset, cache, and one ``--field-name`` per ``SFTConfig`` field."""
-    ap.add_argument("--task", default=DEFAULT_TASK, help="task spec (default: addition)")
-    ap.add_argument("--task-kwarg", action="append", default=[], metavar="KEY=VALUE",
-                    help="task knob, repeatable (e.g. digits=5); default for addition: digits=5 scratchpad=true")
+    ap.add_argument("--task", default=DEFAULT_TASK, help=f"task spec: {task_help()} (default: addition)")
+    add_task_kwargs_arguments(ap, f"{TASK_KWARGS_HELP} (default for addition: digits=5, scratchpad=true)")
     ap.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
-    ap.add_argument("--cache-dir", default=".cache/warm_start", help="directory of cached warm starts (one per settings hash)")
+    ap.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
+                    help=f"directory of cached warm starts, one per settings hash (default: {DEFAULT_CACHE_DIR}, "
+                         "where respo train looks)")
     ap.add_argument("--seed", type=int, default=0, help="seed of initialisation, data order and evaluation samples")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's; 1 is faster on a shared machine)")
@@ -357,19 +381,13 @@ def run_from_args(args: argparse.Namespace) -> WarmStart:
     """Run ``warm_start`` from parsed ``add_arguments`` flags and print a JSON summary line."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    task_kwargs = None
-    if args.task_kwarg:
-        task_kwargs = {}
-        for item in args.task_kwarg:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise SystemExit(f"--task-kwarg expects KEY=VALUE, got {item!r}")
-            task_kwargs[key] = _parse_value(value)
+    load_task(args.task, DEFAULT_TASK_KWARGS if args.task_kwargs is None and args.task == DEFAULT_TASK
+              else args.task_kwargs)  # a bad task is a one-line error before anything is trained
     overrides = {
         name: getattr(args, name) for name in SFTConfig.__dataclass_fields__
-        if name not in ("task", "preset", "seed") and getattr(args, name, None) is not None
+        if name not in ("task", "task_kwargs", "preset", "seed") and getattr(args, name, None) is not None
     }
-    ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=task_kwargs,
+    ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=args.task_kwargs,
                     force=args.force, verbose=True, **overrides)
     print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
                       "greedy_pass_rate": ws.greedy_pass_rate, "steps": ws.steps,

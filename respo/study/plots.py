@@ -23,7 +23,7 @@ from respo.study.aggregate import Run, metric_series  # noqa: E402
 from respo.train.scores import early_count, late_count  # noqa: E402
 
 __all__ = ["kernel_coefficients", "plot_kernels", "plot_curves", "plot_metric_curves", "plot_heatmaps",
-           "logw_samples_from_quantiles", "plot_logw_hist", "plot_run_curve", "COLORS"]
+           "logw_samples_from_quantiles", "plot_logw_hist", "plot_run_curve", "plot_runs_overlay", "COLORS"]
 
 COLORS = {"grpo": "tab:blue", "gspo": "tab:green", "vespo": "tab:orange", "respo": "tab:red",
           "respo+/vespo-": "tab:purple", "vespo+/respo-": "tab:brown", "reinforce": "tab:gray"}
@@ -263,3 +263,21 @@ def plot_run_curve(records: Sequence[dict], path: str | Path, title: str) -> Pat
         axes[1].set_ylabel("sequence log-weight")
         axes[1].legend(loc="lower left")
     return _save(fig, path, title, dpi=110)
+
+
+def plot_runs_overlay(runs: Sequence[Run], path: str | Path, *, smooth: int = RUN_CURVE_WINDOW, title: str = "") -> Path:
+    """A few runs on one axis: each run's training score per update (moving mean of ``smooth``), labelled
+    by its directory name and objective."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, r in enumerate(runs):
+        y = np.array(metric_series(r, "score"), dtype=float)
+        if y.size == 0:
+            continue
+        lbl = f"{r.path.name} ({r.coords['objective']})"
+        ax.plot(np.arange(1, y.size + 1), _smooth(y, smooth), color=f"C{i % 10}", label=lbl)
+    ax.set_xlabel("policy update")
+    ax.set_ylabel(f"training score (running mean of {smooth})")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    return _save(fig, path, title, dpi=100)

@@ -24,12 +24,21 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from respo.errors import RespoError
 from respo.study.aggregate import (STARVATION_KEYS, Run, best_per_column, early_max, fmt_cell, group_runs,
                                    late_mean, load_runs, mean_std, nanmean, run_mean)
 
-__all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER"]
+__all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "OVERLAY_MAX_RUNS"]
 
 MAIN_ORDER = ("grpo", "gspo", "vespo", "respo")
+#: Up to this many runs, the report also overlays every run's curve and lists each run in one table.
+OVERLAY_MAX_RUNS = 12
+
+
+class NoRunsError(RespoError, FileNotFoundError):
+    """``respo report`` found no run directory (one with ``config.json``) under the given paths."""
+
+
 ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-", "reinforce")
 
 
@@ -244,6 +253,23 @@ def _mode(xs: list):
     return max(set(xs), key=xs.count) if xs else None
 
 
+def _runs_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
+    """A few runs side by side (any runs, not only a study grid): one row each, curves overlaid."""
+    from respo.study import plots
+
+    runs = sorted(runs, key=lambda r: str(r.path))
+    lines += ["## Runs compared", "",
+              "| run | objective | N | lr | seed | updates | late mean | early max | held-out pass@1 |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        c = r.coords
+        lines += [f"| `{r.path.name}` | {c['objective']} | {c['reuse']} | {c['lr']} | {c['seed']} | "
+                  f"{len(r.records)}{'' if r.finished else ' (unfinished)'} | {_fmt(late_mean(r.scores))} | "
+                  f"{_fmt(early_max(r.scores))} | {_fmt(_pass1(r))} |"]
+    p = plots.plot_runs_overlay(runs, out_dir / "runs_compared.png", title="training score per run")
+    lines += ["", f"![runs compared]({p.name})", ""]
+
+
 def _budget_section(runs: list[Run], lines: list[str]) -> None:
     """Runs with a different number of updates than their model's main sweep, next to the main runs."""
     fin = [r for r in runs if r.finished and not r.coords["routing_replay"]]
@@ -377,8 +403,10 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
 
     dirs = [Path(d) for d in dirs]
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     runs = load_runs(dirs)
+    if not runs:
+        raise NoRunsError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")
+    out_dir.mkdir(parents=True, exist_ok=True)
     fin = [r for r in runs if r.finished]
     lines = [f"# {title}", "",
              f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `respo report` from "
@@ -394,6 +422,8 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
               "Drawn from the core's loss gradients (one-token responses, c = −B·∂L/∂logp / Â): ReSPO and VESPO's "
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at 3).",
               "", f"![kernels]({p.name})", ""]
+    if len(runs) <= OVERLAY_MAX_RUNS:
+        _runs_section(runs, out_dir, lines)
     modal = {m: _mode([r.coords["updates"] for r in runs if r.coords["model"] == m]) for m in {r.coords["model"] for r in runs}}
     main_budget = [r for r in runs if r.coords["updates"] == modal[r.coords["model"]]]  # one budget per model
     for model in sorted({r.coords["model"] for r in fin}):

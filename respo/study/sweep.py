@@ -6,9 +6,10 @@ A sweep is a directory::
     SWEEP/runs/<name>/        one `respo train` run each (config.json, metrics.jsonl, summary.json,
                               ckpt/, train.log)
 
-Each run is a separate ``python -m respo train --config BASE --resume --field value ...`` process
+Each run is a separate ``python -m respo train --config BASE --resume|--overwrite --field value ...`` process
 (one torch thread by default), ``--jobs`` of them at a time. A run whose ``summary.json`` exists is
-skipped; an interrupted run restarts from its newest checkpoint (``--resume``), so killing and
+skipped; an interrupted run restarts from its newest checkpoint (``--resume``; one killed before its
+first checkpoint starts again with ``--overwrite``), so killing and
 re-launching the same command continues the sweep. Several presets may share one sweep directory:
 a run is identified by its grid coordinates only, so the calibration's runs are reused by the
 main sweep when the coordinates coincide.
@@ -41,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from respo.train.checkpoint import latest_checkpoint
 
 __all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_label", "main", "add_arguments",
            "BASE_CONFIG", "ABLATION_KERNELS"]
@@ -222,9 +225,12 @@ def _flag_value(v: Any) -> str:
 
 
 def train_command(spec: RunSpec, run_dir: Path, base_config: Path, threads: int) -> list[str]:
-    """The exact `respo train` command of one run (always ``--resume``: a no-op on a fresh run)."""
-    cmd = [sys.executable, "-m", "respo", "train", "--config", str(base_config), "--resume",
-           "--out-dir", str(run_dir), "--threads", str(threads)]
+    """The exact `respo train` command of one run: ``--resume`` from its newest checkpoint, or
+    ``--overwrite`` when it has none (a fresh run, or one killed before its first checkpoint, whose
+    partial records cannot be continued)."""
+    resume = latest_checkpoint(run_dir / "ckpt") is not None
+    cmd = [sys.executable, "-m", "respo", "train", "--config", str(base_config),
+           "--resume" if resume else "--overwrite", "--out-dir", str(run_dir), "--threads", str(threads)]
     for k, v in spec.overrides.items():
         cmd += [f"--{k.replace('_', '-')}", _flag_value(v)]
     return cmd

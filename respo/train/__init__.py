@@ -1,7 +1,7 @@
 """Off-policy training with controllable staleness: ``train(load_config("configs/tiny-dense.toml"))``.
 
 - `TrainConfig` / `load_config`: one flat frozen config (TOML + overrides, validated up front).
-- `train(cfg, resume=False) -> Path`: the run directory with ``config.json``, ``metrics.jsonl``,
+- `train(cfg, resume=False, overwrite=False) -> Path`: the run directory with ``config.json``, ``metrics.jsonl``,
   ``summary.json``, ``ckpt/`` and ``final/``.
 - `write_report(run_dir)`: ``report.md`` + ``curve.png`` for any finished run.
 """

@@ -45,18 +45,19 @@ class TrainConfig:
 
     # --- task and policy ---
     task: str = field(default="addition", metadata={"help": "task spec for respo.runtime.tasks.get_task, e.g. addition, countdown, reasoning_gym:NAME, math:FILE"})
-    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}"})
+    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}; or one at a time, --task-kwarg digits=3"})
     model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe) or a local Hugging Face model directory"})
     warm_start: bool = field(default=True, metadata={"help": "presets only: start from the cached SFT warm start (respo.runtime.sft) instead of random weights"})
-    cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached"})
+    sft_kwargs: dict = field(default_factory=dict, metadata={"help": "presets only: warm-start SFT settings (respo.runtime.sft.SFTConfig fields, e.g. {\"max_steps\": 300}); other values name another cached warm start"})
+    cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached (shared with respo sft)"})
     out_dir: str = field(default="runs/default", metadata={"help": "run directory (metrics.jsonl, config.json, summary.json, ckpt/, final/)"})
     seed: int = field(default=0, metadata={"help": "seed of every random number generator of the run"})
     threads: int = field(default=0, metadata={"help": "torch intra-op threads (torch.set_num_threads); 0 keeps torch's default"})
     train_pool: int = field(default=4096, metadata={"help": "number of distinct training prompts (cycled, reshuffled every epoch)"})
 
     # --- objective ---
-    objective: str = field(default="respo", metadata={"help": "policy objective, any name in respo.OBJECTIVES (respo, grpo, gspo, vespo, ...)"})
-    objective_kwargs: dict = field(default_factory=dict, metadata={"help": "the objective's hyperparameters as JSON / TOML, e.g. {\"pos\": [2.0, 0.5, 2.0]}"})
+    objective: str = field(default="respo", metadata={"help": "policy objective, any name in respo.OBJECTIVES; a new one given on the command line drops the --config file's objective_kwargs"})
+    objective_kwargs: dict = field(default_factory=dict, metadata={"help": "the objective's hyperparameters as JSON / TOML, e.g. {\"pos\": [2.0, 0.5, 2.0]}; {} = the objective's defaults"})
     loss_agg_mode: str = field(default="", metadata={"help": "loss aggregation (token-mean, seq-mean-token-mean, ...); empty = the objective's published default"})
     adv_kind: str = field(default="grpo", metadata={"help": "group advantage estimator: grpo | drgrpo | rloo"})
 
@@ -180,10 +181,15 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConf
 
 def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the TOML file at ``path`` (flat keys; a ``[train]`` table is also accepted),
-    then ``overrides``; the result is validated.
+    then ``overrides``; the result is validated and its task is built once, so a bad task fails here,
+    before anything is written.
+
+    An override that changes ``objective`` drops the file's ``objective_kwargs`` (they belong to the
+    file's objective) unless ``objective_kwargs`` is overridden too.
 
     Raises:
         ConfigError: unreadable file, unknown key, wrong type, or any `validate` failure.
+        TaskError: the task cannot be built (unknown spec, missing or malformed file, bad setting).
     """
     cfg = TrainConfig()
     if path is not None:
@@ -198,9 +204,32 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
             data = data["train"]
         cfg = apply_overrides(cfg, data)
     if overrides:
+        overrides = {k.replace("-", "_"): v for k, v in overrides.items()}
+        new_objective = "objective" in overrides and coerce("objective", overrides["objective"]) != cfg.objective
+        if new_objective and "objective_kwargs" not in overrides:
+            overrides["objective_kwargs"] = {}
         cfg = apply_overrides(cfg, overrides)
     validate(cfg)
+    _check_sft_kwargs(cfg)
+    _check_task(cfg)
     return cfg
+
+
+def _check_sft_kwargs(cfg: TrainConfig) -> None:
+    from respo.runtime.sft import SFTConfig
+
+    fixed = ("task", "task_kwargs", "preset", "seed")  # taken from the run's own fields
+    allowed = sorted(set(SFTConfig.__dataclass_fields__) - set(fixed))
+    unknown = sorted(set(cfg.sft_kwargs) - set(allowed))
+    if unknown:
+        raise ConfigError(f"sft_kwargs has unknown setting(s) {', '.join(unknown)}; it accepts {', '.join(allowed)}")
+
+
+def _check_task(cfg: TrainConfig) -> None:
+    """Build the task once so a bad spec, file or setting is a one-line `TaskError` before the run starts."""
+    from respo.runtime.tasks import load_task
+
+    load_task(cfg.task, cfg.task_kwargs)
 
 
 def _is_preset(model: str) -> bool:

@@ -71,10 +71,12 @@ def write_report(run_dir: str | Path, *, why: str = "", wall_s: float | None = N
 
 
 def run_demo(overrides: Mapping[str, Any] | None = None) -> Path:
-    """Train with the demo settings and write the report; returns the path of ``report.md``."""
+    """Train with the demo settings and write the report; returns the path of ``report.md``.
+
+    The demo owns its run directory: running it again replaces the previous demo run there."""
     from respo.train.trainer import train
 
     cfg = demo_config(overrides)
     t0 = time.perf_counter()
-    run_dir = train(cfg)
+    run_dir = train(cfg, overwrite=True, report=False)
     return write_report(run_dir, why=WHY, wall_s=time.perf_counter() - t0)

@@ -34,7 +34,8 @@ def load_run_policy(cfg: TrainConfig) -> Policy:
     """
     if cfg.model in models.PRESETS:
         if cfg.warm_start:
-            ws = warm_start(cfg.task, cfg.model, cfg.cache_dir, seed=WARM_START_SEED, **_warm_kwargs(cfg))
+            ws = warm_start(cfg.task, cfg.model, cfg.cache_dir, seed=WARM_START_SEED, verbose=cfg.progress,
+                            **_warm_kwargs(cfg))
             model, tok, info = load_policy(ws.path)
             return Policy(model, tok, {"source": "warm_start", "path": str(ws.path), **_jsonable(info)})
         tok = build_char_tokenizer(get_task(cfg.task, **cfg.task_kwargs).alphabet)
@@ -51,8 +52,9 @@ def load_run_policy(cfg: TrainConfig) -> Policy:
 
 def _warm_kwargs(cfg: TrainConfig) -> dict:
     """The warm start is trained on exactly the task the run trains on (same task kwargs; the overlong
-    penalty only changes rewards, so it is left out of the warm-start cache key)."""
-    return {"task_kwargs": {k: v for k, v in cfg.task_kwargs.items() if k != "overlong"}}
+    penalty only changes rewards, so it is left out of the warm-start cache key), with the run's
+    ``sft_kwargs`` (empty = the SFT defaults)."""
+    return {**cfg.sft_kwargs, "task_kwargs": {k: v for k, v in cfg.task_kwargs.items() if k != "overlong"}}
 
 
 def _jsonable(info: Any) -> dict:

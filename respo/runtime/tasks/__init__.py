@@ -51,12 +51,14 @@ Adding a task
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from .arithmetic import AdditionTask, CountdownTask, safe_eval
 from .base import (
     SPLITS,
     Example,
+    TaskError,
     OverlongPenalty,
     ProceduralTask,
     Task,
@@ -74,6 +76,7 @@ from .reasoning_gym_task import ReasoningGymTask
 __all__ = [
     "SPLITS",
     "TASK_KINDS",
+    "TaskError",
     "Example",
     "OverlongPenalty",
     "Task",
@@ -84,6 +87,9 @@ __all__ = [
     "MathTask",
     "check_request",
     "get_task",
+    "load_task",
+    "task_defaults",
+    "task_help",
     "hash_split",
     "hash_split_rows",
     "read_math_rows",
@@ -108,6 +114,11 @@ def _spec_forms() -> str:
     return ", ".join(forms[:-1]) + " or " + forms[-1]
 
 
+def task_help() -> str:
+    """The task specs ``get_task`` accepts, for help texts: "'addition', ... or 'math:<path>'"."""
+    return _spec_forms()
+
+
 def get_task(spec: str, *, overlong: tuple[int, int] | OverlongPenalty | None = None, **kwargs: Any) -> Task:
     """Build a task from a spec string.
 
@@ -127,3 +138,36 @@ def get_task(spec: str, *, overlong: tuple[int, int] | OverlongPenalty | None = 
     if overlong is not None:
         task.overlong = overlong if isinstance(overlong, OverlongPenalty) else OverlongPenalty(*overlong)
     return task
+
+
+def task_defaults(spec: str) -> dict[str, Any]:
+    """The settings a task of this spec takes by default (its constructor's keyword defaults), e.g.
+    ``{"digits": 3, "scratchpad": True}`` for ``addition``; ``{}`` for an unknown spec."""
+    task_cls, _ = TASK_KINDS.get(spec.partition(":")[0], (None, None))
+    if task_cls is None:
+        return {}
+    params = inspect.signature(task_cls.__init__).parameters.values()
+    return {p.name: p.default for p in params
+            if p.default is not p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def load_task(spec: str, kwargs: dict[str, Any] | None = None) -> Task:
+    """``get_task(spec, **kwargs)`` for settings a person typed: whatever is wrong with the spec, its file
+    or its settings is raised as one `TaskError` whose one-line message names it.
+
+    Raises:
+        TaskError: unknown spec, missing file, malformed row, unknown or invalid task setting.
+    """
+    kwargs = dict(kwargs or {})
+    try:
+        return get_task(spec, **kwargs)
+    except (ValueError, FileNotFoundError) as err:
+        raise TaskError(_one_line(err)) from None
+    except TypeError as err:  # an unknown keyword for the task's constructor
+        raise TaskError(f"task {spec!r} does not accept settings {kwargs}: {_one_line(err)}") from None
+    except ModuleNotFoundError as err:
+        raise TaskError(f"task {spec!r} needs the {err.name!r} package, which is not installed") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())

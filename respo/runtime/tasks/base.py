@@ -8,10 +8,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from respo.errors import RespoError
+
 from ..tokenizer import TEXT_ALPHABET
 
 __all__ = [
     "SPLITS",
+    "TaskError",
     "CORRECT_REWARD",
     "INCORRECT_REWARD",
     "DEFAULT_TEST_FRACTION",
@@ -35,6 +38,11 @@ DEFAULT_TEST_FRACTION = 0.1
 HASH_BUCKETS = 10_000  # resolution of the test fraction in the hash split
 DRAWS_PER_EXAMPLE = 1000  # a procedural split gives up after this many draws per example asked ...
 EXTRA_DRAWS = 10_000  # ... plus this many
+
+
+class TaskError(RespoError, ValueError):
+    """A task that cannot be built from what the user gave: unknown spec, missing or malformed file,
+    unknown setting. The message names the spec, file or row; the CLI prints it as one line."""
 
 
 @dataclass(frozen=True)

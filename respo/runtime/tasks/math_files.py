@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,27 @@ MATH_VERIFY_TIMEOUT_S = 5  # math-verify's parse and verify timeouts (main threa
 _PROMPT_KEYS = ("prompt", "problem", "question")
 _GROUND_TRUTH_KEYS = ("ground_truth", "answer")
 _SPLIT_FILE_EXTENSIONS = (".parquet", ".jsonl", ".json")
+_SHOWN_BAD_ROWS = 3  # unparseable ground truths named in the load warning
+_GOLD_CACHE_SIZE = 65536  # parsed ground truths kept (a DAPO file has ~17k distinct answers)
+
+
+def _timeout() -> int | None:
+    """math-verify's timeouts use signal.alarm, which only works in the main thread (the trainer's async
+    rollout worker is another thread): elsewhere run without timeouts."""
+    return MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+@functools.lru_cache(maxsize=_GOLD_CACHE_SIZE)
+def _parse_gold(answer: str, timeout: int | None) -> list:
+    """math-verify's parse of a ground truth (boxed unless it already is); empty when unparseable."""
+    from math_verify import parse
+
+    return parse(answer if "\\boxed" in answer else f"\\boxed{{{answer}}}", parsing_timeout=timeout)
+
+
+def _parses_as_math(parsed: list) -> bool:
+    """Whether math-verify found a math object; it appends the raw text (a str) to every parse."""
+    return any(not isinstance(p, str) for p in parsed)
 
 
 def _row_prompt(row: dict, where: str) -> str:
@@ -109,6 +132,11 @@ class MathTask(Task):
     ``path`` is a file (split by ``hash_split_rows``: the ``test_fraction`` of prompts with the
     smallest hashes, at least one, is the test split) or a directory with
     ``train.{jsonl,parquet}`` and ``test.{jsonl,parquet}``.
+
+    Attributes:
+        unparseable_ground_truths: rows whose ground truth math-verify cannot parse as math (it keeps
+            only the text); such a row scores -1 unless a response repeats that text verbatim, so
+            loading warns with their count.
     """
 
     alphabet = TEXT_ALPHABET
@@ -125,6 +153,14 @@ class MathTask(Task):
             self._splits = hash_split_rows(rows, test_fraction)
             if not self._splits["train"]:
                 raise ValueError(f"{path}: every row has the same prompt; cannot split")
+        rows = [ex for split in SPLITS for ex in self._splits[split]]
+        bad = [ex for ex in rows if not _parses_as_math(_parse_gold(ex.answer, _timeout()))]
+        self.unparseable_ground_truths = len(bad)
+        if bad:
+            first = ", ".join(f"row {ex.meta['row']} ({ex.answer!r})" for ex in bad[:_SHOWN_BAD_ROWS])
+            warnings.warn(f"{path}: {len(bad)} of {len(rows)} rows have a ground truth math-verify cannot parse as "
+                          f"math; they score -1 unless a response repeats it verbatim (e.g. {first})",
+                          UserWarning, stacklevel=2)
 
     @staticmethod
     def _find(directory: Path, split: str) -> Path:
@@ -152,12 +188,8 @@ class MathTask(Task):
     def is_correct(self, completion: str, example: Example) -> bool:
         from math_verify import parse, verify
 
-        # math-verify's timeouts use signal.alarm, which only works in the main thread (the
-        # trainer's async rollout worker is another thread): elsewhere run without timeouts.
-        main = threading.current_thread() is threading.main_thread()
-        timeout = MATH_VERIFY_TIMEOUT_S if main else None
-        gold_text = example.answer if "\\boxed" in example.answer else f"\\boxed{{{example.answer}}}"
-        gold = parse(gold_text, parsing_timeout=timeout)
+        timeout = _timeout()
+        gold = _parse_gold(example.answer, timeout)
         pred = parse(completion, parsing_timeout=timeout)
         if not gold or not pred:
             return False

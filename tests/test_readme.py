@@ -1,0 +1,105 @@
+"""Every command in README.md's bash blocks runs as written (in smoke size).
+
+Each ``respo ...`` / ``python -m respo ...`` line is run through `respo.cli.main` in a scratch directory
+holding a copy of ``configs/``, in README order (later commands use what earlier ones wrote: the
+run that ``--resume`` continues and ``eval`` reads, the warm start that ``cp`` copies and the
+sweeps use), with small-size flags appended (argparse keeps the last value of a repeated flag).
+Shell lines that only move files (``cp``) are run by the shell. Every other line must be listed in
+``NOT_RUN`` with the reason, so a new README command cannot go untested unnoticed.
+"""
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from respo.cli import main
+
+ROOT = Path(__file__).parents[1]
+
+# commands the test does not run, by their first word(s), and why
+NOT_RUN = {
+    "make demo": "builds a virtual environment (tests/test_demo.py runs the demo itself)",
+    "make test": "the whole suite",
+    "make bench": "the benchmarks, minutes each",
+    ".venv/bin/python benchmarks/": "the benchmarks, minutes each",
+    "examples/verl/prepare_data.sh": "verl data preparation (needs the datasets and verl)",
+    "examples/verl/run_paper.sh": "a verl launch on a GPU cluster",
+}
+
+# the same SFT settings as the smoke `respo sft` flags below, so train finds the warm start sft built
+SFT_SMOKE = {"max_steps": 2, "eval_n": 8, "eval_prompts": 8, "batch_size": 8, "eval_every": 1}
+SMOKE = {
+    "sft": ["--max-steps", "2", "--eval-n", "8", "--eval-prompts", "8", "--batch-size", "8", "--eval-every", "1",
+            "--threads", "1"],
+    "train": ["--sft-kwargs", repr(SFT_SMOKE).replace("'", '"'), "--updates", "1", "--prompts", "2",
+              "--group-size", "2", "--max-new-tokens", "8", "--eval-prompts", "2", "--eval-k", "1",
+              "--progress", "false", "--tensorboard", "false", "--threads", "1"],
+    "eval": ["--prompts", "2", "--k", "1", "--threads", "1"],
+    "sweep": ["--objectives", "respo,grpo", "--reuse", "2", "--seeds", "0", "--lrs", "1e-3", "--updates", "1",
+              "--jobs", "1", "--set", "prompts=2", "--set", "group_size=2", "--set", "max_new_tokens=8",
+              "--set", "eval_prompts=2", "--set", "eval_k=1", "--set", "checkpoint_every=0"],
+    "report": [],
+}
+
+
+def readme_commands() -> list[str]:
+    """The commands of README.md's ```bash blocks: comments stripped, backslash continuations joined."""
+    text = (ROOT / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split(" #")[0].strip() if not line.lstrip().startswith("#") else ""
+            if line:
+                out.append(line)
+    return out
+
+
+def _respo_argv(line: str) -> list[str] | None:
+    """The arguments after ``respo`` / ``python -m respo``, or None for another command."""
+    words = shlex.split(line)
+    if words[0] == "respo":
+        return words[1:]
+    if len(words) > 2 and words[0].endswith("python") and words[1:3] == ["-m", "respo"]:
+        return words[3:]
+    return None
+
+
+def test_readme_has_the_commands_this_test_knows():
+    cmds = readme_commands()
+    run = [c for c in cmds if _respo_argv(c) is not None]
+    assert {_respo_argv(c)[0] for c in run} == set(SMOKE)
+    others = [c for c in cmds if _respo_argv(c) is None and not c.startswith("cp ")]
+    unknown = [c for c in others if not any(c.startswith(k) for k in NOT_RUN)]
+    assert unknown == [], f"README commands neither run here nor listed in NOT_RUN: {unknown}"
+
+
+def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    for line in readme_commands():
+        argv = _respo_argv(line)
+        if argv is None:
+            if line.startswith("cp "):
+                subprocess.run(line, shell=True, check=True, cwd=tmp_path)
+            continue
+        full = [*argv, *SMOKE[argv[0]]]
+        rc = main(full)
+        err = capsys.readouterr().err
+        assert rc == 0, f"`{line}` (run as respo {shlex.join(full)}) exited {rc}:\n{err[-2000:]}"
+        if argv[0] == "train":  # the README's `respo sft` built the warm start configs/tiny-dense.toml uses
+            assert "warm start: building" not in err, err
+
+
+@pytest.mark.parametrize("line", [c for c in readme_commands() if (_respo_argv(c) or [""])[0] == "train"])
+def test_readme_train_commands_validate_without_the_smoke_flags(line):
+    # the README's own settings, unchanged, pass validation (the smoke run above only shrinks sizes)
+    from respo.cli import _overrides, build_parser
+    from respo.train.config import load_config
+
+    args = build_parser().parse_args(_respo_argv(line))
+    load_config(ROOT / args.config, _overrides(args))
