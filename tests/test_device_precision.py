@@ -275,3 +275,55 @@ def test_cli_train_on_cuda_then_resume(tmp_path, extra):
     a, b = load_file(str(Path(straight) / "final" / "model.safetensors")), load_file(str(resumed / "final" / "model.safetensors"))
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------------------------
+# Device plumbing: CLI, sweep, SFT, evaluation
+# ----------------------------------------------------------------------------------------------
+def test_sweep_passes_the_device_through_without_renaming_runs(tmp_path):
+    from respo.study.sweep import RunSpec, train_command
+
+    spec = RunSpec("grpo_N4_lr3e-05_s0", {"objective": "grpo", "reuse": 4})
+    cpu = train_command(spec, tmp_path / "r", tmp_path / "base.toml", 1)
+    gpu = train_command(spec, tmp_path / "r", tmp_path / "base.toml", 1, "cuda")
+    assert "--device" not in cpu  # the CPU command is as before
+    assert gpu[gpu.index("--device") + 1] == "cuda" and gpu[gpu.index("--out-dir") + 1] == str(tmp_path / "r")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cli_device_cuda_without_cuda_is_one_line_exit_2(tmp_path, capsys):
+    from respo.cli import main
+
+    assert main(["train", "--device", "cuda", "--out-dir", str(tmp_path / "r")]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert main(["sweep", "--device", "cuda", "--out", str(tmp_path / "s"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+@cuda
+def test_sft_and_eval_on_cuda(tmp_path, capsys):
+    from respo.cli import main
+    from respo.runtime.sft import load_policy, warm_start
+
+    ws = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2}, max_steps=3, eval_every=3,
+                    eval_prompts=8, eval_n=8, device="cuda")
+    info = json.loads((ws.path / "respo_warm_start.json").read_text())
+    assert info["device"] == "cuda" and info["steps"] == 3
+    load_policy(ws.path)  # loads on the CPU, as a run then moves it
+    assert main(["eval", str(ws.path), "--prompts", "4", "--k", "2", "--device", "cuda", "--dtype", "bfloat16"]) == 0
+    assert "pass@1" in capsys.readouterr().out
+
+
+@cuda
+def test_sweep_on_cuda_writes_the_cpu_run_directories(tmp_path):
+    from respo.cli import main
+
+    args = ["sweep", "--preset", "quick", "--updates", "2", "--jobs", "2", "--no-prewarm"]
+    assert main([*args, "--out", str(tmp_path / "cpu"), "--dry-run"]) == 0
+    assert main([*args, "--out", str(tmp_path / "gpu"), "--device", "cuda"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "gpu" / "runs").iterdir())
+    assert len(runs) == 2 and all((tmp_path / "gpu" / "runs" / r / "summary.json").is_file() for r in runs)
+    saved = json.loads((tmp_path / "gpu" / "runs" / runs[0] / "config.json").read_text())
+    assert saved["device"] == "cuda"
