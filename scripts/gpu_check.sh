@@ -25,9 +25,11 @@ export MPLCONFIGDIR=$OUT/.mpl TORCHINDUCTOR_CACHE_DIR=$OUT/.inductor
 
 if [ "$DEVICE" = cpu ]; then  # reduced sizes: the script's own check
   JOBS=${JOBS:-2}; LENGTHS="32 256"; ROWS=16; BATCH=16; NEW="32"; STEPS=5; SWEEP_UPDATES=2; SEEDS=0  # 4 runs
+  COMPILE_LENGTHS="32"; TEST_MARK="not slow"
 else
   JOBS=${JOBS:-"8 16"}; LENGTHS="32 256 1024"; ROWS=64; BATCH="64 256"; NEW="256 1024"; STEPS=20
   SWEEP_UPDATES=16; SEEDS=0,1,2,3  # 2 objectives x 2 N x 4 seeds = 16 runs
+  COMPILE_LENGTHS="32 256"; TEST_MARK=""
 fi
 : > "$OUT/summary.txt"
 status=0
@@ -45,13 +47,13 @@ step() {  # step NAME OUTFILE COMMAND...: run, record exit code and seconds
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" | tee -a "$OUT/summary.txt"
 
 # 1. tests: the CUDA ones (skipped where CUDA is missing) and the precision / micro-batch ones
-step tests "$OUT/tests.log" "$PYTHON" -m pytest -q -rs tests/test_device_precision.py tests/test_sampler.py
+step tests "$OUT/tests.log" "$PYTHON" -m pytest -q -rs -m "$TEST_MARK" tests/test_device_precision.py tests/test_sampler.py
 
 # 2. benchmarks (JSON lines)
 step bench_precision "$OUT/bench_precision.jsonl" "$PYTHON" benchmarks/bench_precision.py --device "$DEVICE" \
   --lengths $LENGTHS --rows "$ROWS" --init-range 0.02 0.1
 step bench_compile "$OUT/bench_compile.jsonl" "$PYTHON" benchmarks/bench_compile.py --device "$DEVICE" \
-  --max-new-tokens 32 256 --rows "$ROWS" --steps "$STEPS"
+  --max-new-tokens $COMPILE_LENGTHS --rows "$ROWS" --steps "$STEPS"
 step bench_step "$OUT/bench_step.jsonl" "$PYTHON" benchmarks/bench_step.py --device "$DEVICE" --presets tiny-dense \
   --skip-trl --skip-step --train-batch "$ROWS" --steps 3
 for dtype in float32 bfloat16; do
