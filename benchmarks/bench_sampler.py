@@ -24,13 +24,14 @@ import time
 import torch
 
 from respo.runtime.models import PRESETS, build_policy
+from respo.runtime.precision import mixed_precision, resolve_device
 from respo.runtime.sampler import sample
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 
 
 def run_generate(model, tok, prompts, new_tokens, seed):
-    enc = tok(prompts, padding=True, return_tensors="pt", padding_side="left")
+    enc = tok(prompts, padding=True, return_tensors="pt", padding_side="left").to(model.device)
     torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(
@@ -52,9 +53,14 @@ def run_generate(model, tok, prompts, new_tokens, seed):
 
 
 def run_sampler(model, tok, prompts, new_tokens, seed):
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=model.device).manual_seed(seed)
     ro = sample(model, tok, prompts, max_new_tokens=new_tokens, generator=g, stop_at_eos=False)
     return int(ro.response_mask.sum()), ro.behaviour_logp
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main(argv=None):
@@ -64,7 +70,11 @@ def main(argv=None):
     ap.add_argument("--new-tokens", type=int, nargs="+", default=[32, 256, 512, 1024])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16 (autocast, float32 output layer)")
+    ap.add_argument("--skip-generate", action="store_true", help="time the sampler only")
     args = ap.parse_args(argv)
+    device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
     tok = build_char_tokenizer()
     task = get_task("addition", digits=5)
@@ -73,30 +83,34 @@ def main(argv=None):
         prompts = [ex.prompt for ex in task.examples("test", batch, seed=0)]
         positions = max(len(tok(p)["input_ids"]) for p in prompts) + new_tokens
         # RoPE has no table: a longer position range changes no weight and no number, only the config.
-        model = build_policy(preset, tok, seed=0, max_position_embeddings=max(positions, PRESETS[preset]["max_position_embeddings"]))
+        model = build_policy(preset, tok, seed=0, max_position_embeddings=max(positions, PRESETS[preset]["max_position_embeddings"])).to(device)
         # generate() must not stop at EOS either: min_new_tokens suppresses it, and the sampler
         # runs with stop_at_eos=False, so both decode exactly batch x new_tokens tokens.
-        methods = {"generate": run_generate, "sampler": run_sampler}
+        methods = {"sampler": run_sampler} if args.skip_generate else {"generate": run_generate, "sampler": run_sampler}
         for fn in methods.values():  # warm-up
             fn(model, tok, prompts, 4, seed=0)
         times: dict[str, list[float]] = {k: [] for k in methods}
         counts: dict[str, int] = {}
         for r in range(args.repeats):
             for name, fn in methods.items():
+                _sync(device)
                 t0 = time.perf_counter()
-                n, _ = fn(model, tok, prompts, new_tokens, seed=r)
+                with mixed_precision(model, args.dtype):
+                    n, _ = fn(model, tok, prompts, new_tokens, seed=r)
+                _sync(device)
                 times[name].append(time.perf_counter() - t0)
                 counts[name] = n
         tps = {k: counts[k] / statistics.median(v) for k, v in times.items()}
         for name in methods:
             print(json.dumps({
                 "preset": preset, "method": name, "batch": batch, "new_tokens": new_tokens,
-                "threads": args.threads, "repeats": args.repeats,
+                "threads": args.threads, "repeats": args.repeats, "device": str(device), "dtype": args.dtype,
                 "median_s": round(statistics.median(times[name]), 4),
                 "tokens": counts[name], "tokens_per_s": round(tps[name], 1),
             }), flush=True)
-        print(json.dumps({"preset": preset, "batch": batch, "new_tokens": new_tokens,
-                          "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}), flush=True)
+        if "generate" in tps:
+            print(json.dumps({"preset": preset, "batch": batch, "new_tokens": new_tokens,
+                              "ratio_sampler_over_generate": round(tps["sampler"] / tps["generate"], 3)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ in float32 and under bfloat16 autocast: tokens/s and achieved FLOP/s (counted by
 (a square ``MATMUL_PEAK_SIZE`` matmul in each dtype).
 
     .venv/bin/python benchmarks/bench_step.py [--presets tiny-dense tiny-moe] [--max-new-tokens 32 256]
-        [--steps 3] [--threads 1] [--skip-trl] [--skip-step] [--skip-train]
+        [--steps 3] [--threads 1] [--skip-trl] [--skip-step] [--skip-train] [--device cpu]
 
 A quick run: ``--presets tiny-dense --prompts 4 --group-size 4 --max-new-tokens 32 --steps 1``.
 
@@ -38,6 +38,8 @@ import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+from respo.runtime.precision import resolve_device
 
 #: Added to the EOS logit by the bench-only hook: exp(-1e4) is 0 in float32 and bfloat16, so no
 #: row samples EOS, while log-probs and entropies stay finite.
@@ -202,36 +204,47 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
             "model_compute_share": clock.shares[1:][i]}
 
 
-def matmul_peak_flops(dtype: torch.dtype, reps: int = 5) -> float:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak_flops(dtype: torch.dtype, reps: int = 5, device: torch.device = torch.device("cpu")) -> float:
     """FLOP/s of the best of ``reps`` (n, n) @ (n, n) matmuls, n = MATMUL_PEAK_SIZE (2 n³ FLOPs each)."""
     n = MATMUL_PEAK_SIZE
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a, b = torch.randn(n, n).to(device, dtype), torch.randn(n, n).to(device, dtype)
     a @ b  # warm-up
     best = float("inf")
     for _ in range(reps):
+        _sync(device)
         t0 = time.perf_counter()
         a @ b
+        _sync(device)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
 
 
-def bench_train(preset: str, B: int, L: int, dtype: torch.dtype, steps: int, seed: int = 0) -> dict:
-    """Forward (``token_logprobs``) + backward of a (B, L) batch, prompts of TRAIN_PROMPT_LEN columns."""
+def bench_train(preset: str, B: int, L: int, dtype: torch.dtype, steps: int, seed: int = 0,
+                device: torch.device = torch.device("cpu")) -> dict:
+    """Forward (``token_logprobs``) + backward of a (B, L) batch, prompts of TRAIN_PROMPT_LEN columns,
+    in ``dtype`` as a run computes it (`respo.runtime.precision.mixed_precision`)."""
     from respo.runtime.logprobs import token_logprobs
+    from respo.runtime.precision import mixed_precision
     from respo.runtime.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    model = policy_for(preset, tok, seed, L).train()
+    model = policy_for(preset, tok, seed, L).to(device).train()
     gen = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(4, len(tok), (B, L), generator=gen)  # (B, L) ordinary characters
+    input_ids = torch.randint(4, len(tok), (B, L), generator=gen).to(device)  # (B, L) ordinary characters
     attention_mask = torch.ones_like(input_ids)  # (B, L)
-    autocast = torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32)
+    dtype_name = str(dtype).removeprefix("torch.")
 
     def step():
-        with autocast:
+        with mixed_precision(model, dtype_name):
             logp, _ = token_logprobs(model, input_ids, attention_mask, TRAIN_PROMPT_LEN)  # (B, T)
         (-logp.mean()).backward()
         model.zero_grad(set_to_none=True)
+        _sync(device)
 
     step()  # warm-up
     with FlopCounterMode(display=False) as counter:
@@ -243,8 +256,8 @@ def bench_train(preset: str, B: int, L: int, dtype: torch.dtype, steps: int, see
         step()
         times.append(time.perf_counter() - t0)
     t = sorted(times)[len(times) // 2]
-    peak = matmul_peak_flops(dtype)
-    return {"side": "train_forward_backward", "preset": preset, "dtype": str(dtype).removeprefix("torch."),
+    peak = matmul_peak_flops(dtype, device=device)
+    return {"side": "train_forward_backward", "preset": preset, "dtype": dtype_name, "device": str(device),
             "B": B, "L": L, "response_tokens": B * (L - TRAIN_PROMPT_LEN), "s_per_step": t,
             "tokens_per_s": B * L / t, "response_tokens_per_s": B * (L - TRAIN_PROMPT_LEN) / t,
             "flops_per_step": flops, "achieved_flops_per_s": flops / t, "matmul_peak_flops_per_s": peak,
@@ -264,6 +277,7 @@ def main() -> None:
     ap.add_argument("--skip-train", action="store_true", help="no separate training forward+backward")
     ap.add_argument("--train-batch", type=int, default=64)
     ap.add_argument("--train-len", type=int, default=280, help="columns per row, prompt included")
+    ap.add_argument("--device", default="cpu", help="device of the training forward+backward (cpu, cuda, auto)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     for preset in a.presets:
@@ -278,7 +292,7 @@ def main() -> None:
                               "throughput_ratio_respo_over_trl": r["tokens_per_s"] / t["tokens_per_s"],
                               "step_time_ratio_trl_over_respo": t["s_per_update"] / r["s_per_update"]}), flush=True)
         for dtype in ([] if a.skip_train else [torch.float32, torch.bfloat16]):
-            r = bench_train(preset, a.train_batch, a.train_len, dtype, a.steps)
+            r = bench_train(preset, a.train_batch, a.train_len, dtype, a.steps, device=resolve_device(a.device))
             print(json.dumps({**r, "threads": a.threads}), flush=True)
 
 

@@ -133,22 +133,28 @@ def _eval_source(args: argparse.Namespace) -> tuple:
 def _cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
+    from respo.runtime.precision import DTYPES, device_problem, mixed_precision
     from respo.runtime.tasks import load_task
-    from respo.train.config import apply_overrides, TrainConfig
+    from respo.train.config import ConfigError, apply_overrides, TrainConfig
     from respo.train.evaluate import evaluate_policy
     from respo.train.trainer import EVAL_SEED, load_run_policy
 
+    problem = device_problem(args.device) or (None if args.dtype in DTYPES else
+                                              f"dtype {args.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+    if problem:
+        raise ConfigError(f"respo eval: {problem}")
     src, task_spec, task_kwargs, max_new = _eval_source(args)
     cfg = apply_overrides(TrainConfig(), {"model": str(src), "task": task_spec or "addition",
-                                          "task_kwargs": task_kwargs, "warm_start": False})
+                                          "task_kwargs": task_kwargs, "warm_start": False, "device": args.device})
     if args.threads:
         torch.set_num_threads(args.threads)
     task = load_task(cfg.task, cfg.task_kwargs)
     policy = load_run_policy(cfg)
     examples = task.examples("test", args.prompts, EVAL_SEED)
-    out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=max_new or 24,
-                          temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed),
-                          greedy=not args.no_greedy)
+    generator = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(args.seed)
+    with mixed_precision(policy.model, args.dtype):
+        out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=max_new or 24,
+                              temperature=args.temperature, generator=generator, greedy=not args.no_greedy)
     print(json.dumps({"model": str(src), "task": cfg.task, **_scalars(out)}, indent=1))
     return 0
 
@@ -193,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234, help="seed of the sampling generator")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads; 0 keeps torch's default")
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy-decoding accuracy")
+    p.add_argument("--device", default="cpu", help="where to sample: cpu, cuda, cuda:K or auto")
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (autocast, float32 logits)")
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("demo", help="warm start + off-policy ReSPO + before/after eval + report")

@@ -26,6 +26,7 @@ NOT_RUN = {
     "make test": "the whole suite",
     "make bench": "the benchmarks, minutes each",
     ".venv/bin/python benchmarks/": "the benchmarks, minutes each",
+    "scripts/gpu_check.sh": "CUDA tests, benchmarks and sweeps (DEVICE=cpu runs it on the CPU; minutes)",
     "examples/verl/prepare_data.sh": "verl data preparation (needs the datasets and verl)",
     "examples/verl/run_paper.sh": "a verl launch on a GPU cluster",
 }

@@ -54,6 +54,7 @@ import torch
 
 from .logprobs import token_logprobs
 from .models import build_policy
+from .precision import device_problem, resolve_device
 from .sampler import sample
 from respo.errors import RespoError
 
@@ -165,7 +166,7 @@ def measure_pass_rate(
     """Normalised held-out score (r+1)/2 averaged over examples, sampling one response each."""
     was_training = model.training
     model.eval()
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     rewards: list[float] = []
     for i in range(0, len(examples), batch_rows):
         chunk = examples[i : i + batch_rows]
@@ -190,10 +191,10 @@ def load_policy(path: str | Path):
     return model, tokenizer, json.loads(info_path.read_text())
 
 
-def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
+def _train(cfg: SFTConfig, out_dir: Path, log, device: torch.device) -> dict:
     task = get_task(cfg.task, **cfg.task_kwargs)
     tokenizer = build_char_tokenizer(task.alphabet)
-    model = build_policy(cfg.preset, tokenizer, seed=cfg.seed, **cfg.model_overrides)
+    model = build_policy(cfg.preset, tokenizer, seed=cfg.seed, **cfg.model_overrides).to(device)
     model.train()
     rng = random.Random(f"sft|{cfg.seed}")
     train_pool = task.examples("train", cfg.batch_size * 50, seed=cfg.seed)
@@ -213,7 +214,7 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
             if cfg.noise > 0:
                 demos = [_corrupt(d, task.alphabet, rng) if rng.random() < cfg.noise else d for d in demos]
             ids, attn, P, mask = encode_pairs(tokenizer, [ex.prompt for ex in batch], demos)
-            loss = sft_loss(model, ids, attn, P, mask)
+            loss = sft_loss(model, ids.to(device), attn.to(device), P, mask.to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -256,6 +257,7 @@ def _train(cfg: SFTConfig, out_dir: Path, log) -> dict:
         "train_seconds": round(train_seconds, 2),
         "max_new_tokens": max_new,
         "torch_threads": torch.get_num_threads(),
+        "device": str(device),
         "history": history,
     }
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
@@ -271,6 +273,7 @@ def warm_start(
     task_kwargs: dict | None = None,
     force: bool = False,
     verbose: bool = False,
+    device: str = "cpu",
     **config: Any,
 ) -> WarmStart:
     """Train (or reuse from ``cache_dir``) a warm-started base policy and its measured pass rate.
@@ -286,6 +289,9 @@ def warm_start(
         force: retrain even if a cached policy exists.
         verbose: print progress lines (to stderr). Whether or not, building a warm start that is
             not cached says so, and why, on stderr: SFT takes minutes.
+        device: where SFT runs ("cpu", "cuda", "cuda:K", "auto"). Not part of the cache key: a
+            warm start built on either device serves runs on both (its info file records where it
+            was built; CUDA kernels do not give the CPU's numbers bitwise).
         **config: any other ``SFTConfig`` field (lr, batch_size, max_steps, max_seconds, noise,
             target_pass, eval_every, eval_prompts, eval_n, max_new_tokens, model_overrides, ...).
 
@@ -315,7 +321,7 @@ def warm_start(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
     try:
-        info = _train(cfg, tmp, log)
+        info = _train(cfg, tmp, log, resolve_device(device))
         if path.exists():
             shutil.rmtree(path)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
@@ -368,6 +374,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's; 1 is faster on a shared machine)")
     ap.add_argument("--force", action="store_true", help="retrain even if cached")
+    ap.add_argument("--device", default="cpu", help="where SFT runs: cpu, cuda, cuda:K or auto (not part of the cache key)")
     defaults = SFTConfig()
     for name, f in SFTConfig.__dataclass_fields__.items():
         if name in ("task", "task_kwargs", "preset", "seed", "model_overrides"):
@@ -387,8 +394,11 @@ def run_from_args(args: argparse.Namespace) -> WarmStart:
         name: getattr(args, name) for name in SFTConfig.__dataclass_fields__
         if name not in ("task", "task_kwargs", "preset", "seed") and getattr(args, name, None) is not None
     }
+    problem = device_problem(args.device)
+    if problem:
+        raise SFTSettingsError(problem)
     ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=args.task_kwargs,
-                    force=args.force, verbose=True, **overrides)
+                    force=args.force, verbose=True, device=args.device, **overrides)
     print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
                       "greedy_pass_rate": ws.greedy_pass_rate, "steps": ws.steps,
                       "stopped_by": ws.stopped_by, "train_seconds": ws.train_seconds,

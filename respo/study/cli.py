@@ -23,7 +23,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
     if args.set is not None:
         args.set = dict(args.set)
     res = run_sweep(args.out, plan(args.preset, args), jobs=args.jobs, threads=args.threads, base_config=args.config,
-                    preset=args.preset, command=_command(), prewarm=not args.no_prewarm, dry_run=args.dry_run)
+                    preset=args.preset, command=_command(), prewarm=not args.no_prewarm, dry_run=args.dry_run,
+                    device=args.device)
     print(json.dumps(res, indent=1))
     return 1 if res["failed"] else 0
 

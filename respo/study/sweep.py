@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from respo.runtime.precision import device_problem
 from respo.train.checkpoint import latest_checkpoint
+from respo.train.config import ConfigError
 
 __all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_label", "main", "add_arguments",
            "BASE_CONFIG", "ABLATION_KERNELS"]
@@ -224,13 +226,16 @@ def _flag_value(v: Any) -> str:
     return str(v)
 
 
-def train_command(spec: RunSpec, run_dir: Path, base_config: Path, threads: int) -> list[str]:
+def train_command(spec: RunSpec, run_dir: Path, base_config: Path, threads: int, device: str = "cpu") -> list[str]:
     """The exact `respo train` command of one run: ``--resume`` from its newest checkpoint, or
     ``--overwrite`` when it has none (a fresh run, or one killed before its first checkpoint, whose
-    partial records cannot be continued)."""
+    partial records cannot be continued). ``device`` is passed through as ``--device``; it is not part
+    of the run's name, so a sweep on a GPU writes the run directories a CPU sweep writes."""
     resume = latest_checkpoint(run_dir / "ckpt") is not None
     cmd = [sys.executable, "-m", "respo", "train", "--config", str(base_config),
            "--resume" if resume else "--overwrite", "--out-dir", str(run_dir), "--threads", str(threads)]
+    if device != "cpu":
+        cmd += ["--device", device]
     for k, v in spec.overrides.items():
         cmd += [f"--{k.replace('_', '-')}", _flag_value(v)]
     return cmd
@@ -261,7 +266,7 @@ def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) ->
     os.replace(tmp, path)
 
 
-def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path) -> None:
+def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path, device: str = "cpu") -> None:
     """Train (or load) each distinct starting policy once, before the parallel runs race for it, and
     evaluate it with the runs' own held-out protocol (``baseline_eval/<model>.json``: the "before
     RL" reference of the report; the runs themselves skip ``eval_before``)."""
@@ -274,7 +279,7 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
 
     seen = set()
     for s in specs:
-        cfg = load_config(base_config, {k: v for k, v in s.overrides.items()})
+        cfg = load_config(base_config, {**s.overrides, "device": device})
         key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start, cfg.eval_prompts,
                cfg.eval_k, cfg.max_new_tokens)
         out = sweep_dir / "baseline_eval" / f"{Path(cfg.model).name}.json"
@@ -295,29 +300,35 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
 
 def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, threads: int = 1,
               base_config: str | Path = BASE_CONFIG, preset: str = "", command: str = "",
-              prewarm: bool = True, dry_run: bool = False) -> dict:
+              prewarm: bool = True, dry_run: bool = False, device: str = "cpu") -> dict:
     """Run every spec not finished yet, ``jobs`` processes at a time; return counts and failures.
+
+    ``device`` is every run's ``--device``: with "cuda" the ``jobs`` processes share one GPU (each
+    holds its own CUDA context) and write the same run directories as on the CPU.
 
     Each run's stdout/stderr go to ``runs/<name>/train.log``. A failed run is reported (name, exit
     code, last log line) and the sweep continues; re-running the same command retries it.
     """
     sweep_dir, base_config = Path(sweep_dir), Path(base_config)
+    problem = device_problem(device)
+    if problem:
+        raise ConfigError(f"respo sweep: {problem}")
     runs_dir = sweep_dir / "runs"
     todo = [s for s in specs if not _done(runs_dir / s.name)]
     if dry_run:
         print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run", flush=True)
         for s in todo:
-            print(shlex.join(train_command(s, runs_dir / s.name, base_config, threads)))
+            print(shlex.join(train_command(s, runs_dir / s.name, base_config, threads, device)))
         return {"total": len(specs), "skipped": len(specs) - len(todo), "ran": 0, "failed": []}
     runs_dir.mkdir(parents=True, exist_ok=True)
     _update_manifest(sweep_dir, {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "preset": preset,
                                  "command": command, "base_config": str(base_config),
-                                 "base_config_text": base_config.read_text(), "jobs": jobs, "threads": threads,
+                                 "base_config_text": base_config.read_text(), "jobs": jobs, "threads": threads, "device": device,
                                  "runs": [s.name for s in specs]}, specs)
     print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run "
           f"({jobs} at a time) -> {runs_dir}", flush=True)
     if todo and prewarm:
-        _prewarm(todo, base_config, threads * jobs, sweep_dir)
+        _prewarm(todo, base_config, threads * jobs, sweep_dir, device)
 
     failed: list[dict] = []
     t_start = time.perf_counter()
@@ -328,7 +339,7 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
         i, s = i_spec
         run_dir = runs_dir / s.name
         run_dir.mkdir(parents=True, exist_ok=True)
-        cmd = train_command(s, run_dir, base_config, threads)
+        cmd = train_command(s, run_dir, base_config, threads, device)
         lock = run_dir / "sweep.lock"
         if _alive(lock):
             print(f"[sweep] skip {s.name}: running in process {lock.read_text().strip()} (another sweep)", flush=True)
@@ -385,6 +396,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="runs/study", help="sweep directory (shared by presets; runs are reused)")
     p.add_argument("--jobs", type=int, default=2, help="parallel run processes (default 2 = the cores)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run process")
+    p.add_argument("--device", default="cpu",
+                   help="every run's device (cpu, cuda, cuda:K, auto); with cuda, --jobs runs share the GPU")
     p.add_argument("--config", default=str(BASE_CONFIG), help="base TOML config of every run")
     p.add_argument("--updates", type=int, default=0, help="policy updates per run (default: the preset's / base)")
     p.add_argument("--lrs", "--lr", type=_floats, default=None, help="learning rate(s), comma-separated")
@@ -404,7 +417,8 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     specs = plan(args.preset, args)
     command = "respo sweep " + shlex.join(argv if argv is not None else sys.argv[1:])
     res = run_sweep(args.out, specs, jobs=args.jobs, threads=args.threads, base_config=args.config,
-                    preset=args.preset, command=command, prewarm=not args.no_prewarm, dry_run=args.dry_run)
+                    preset=args.preset, command=command, prewarm=not args.no_prewarm, dry_run=args.dry_run,
+                    device=args.device)
     print(json.dumps(res, indent=1))
     return 1 if res["failed"] else 0
 

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from respo.core import ADVANTAGE_KINDS, AGG_MODES, OBJECTIVES, build_objective, hyperparameters
 from respo.errors import RespoError
+from respo.runtime.precision import DTYPES, device_problem
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides"]
 
@@ -106,6 +107,12 @@ class TrainConfig:
     def mini_batch_seqs(self) -> int:
         """Sequences per optimizer step: B * G."""
         return self.prompts * self.group_size
+
+    # --- device, precision, speed ---
+    device: str = field(default="cpu", metadata={"help": "where sampling, training, evaluation and SFT run: cpu | cuda | cuda:K | auto (CUDA when available)"})
+    dtype: str = field(default="float32", metadata={"help": "compute dtype: float32 | bfloat16 (autocast with float32 master weights, float32 logits and log-probs)"})
+    micro_batch_tokens: int = field(default=0, metadata={"help": "pack each mini-batch into micro-batches of at most this many padded tokens (rows x columns); 0 = use micro_batch"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the training forward (pays off on long runs only; see benchmarks/bench_compile.py)"})
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -301,6 +308,18 @@ def validate(cfg: TrainConfig) -> None:
             errs.append(f"model {cfg.model!r} is neither a preset (tiny-dense, tiny-moe) nor an existing model directory")
         elif not (p / "config.json").is_file():
             errs.append(f"model directory {cfg.model!r} has no config.json")
+    if cfg.micro_batch_tokens < 0:
+        errs.append(f"micro_batch_tokens must be >= 0, got {cfg.micro_batch_tokens}")
+    if cfg.micro_batch_tokens and cfg.micro_batch:
+        errs.append(f"micro_batch ({cfg.micro_batch} rows) and micro_batch_tokens ({cfg.micro_batch_tokens} tokens) "
+                    f"both size micro-batches; set one of them to 0")
+    if cfg.dtype not in DTYPES:
+        errs.append(f"dtype {cfg.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+    if cfg.compile and cfg.mode != "sync":
+        errs.append("compile applies to sync mode only (the async worker runs its own model copy uncompiled)")
+    device_error = device_problem(cfg.device)
+    if device_error:
+        errs.append(device_error)
     objective_problem = _objective_problem(cfg)
     if objective_problem:
         errs.append(objective_problem)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import torch
 
+from respo.runtime.precision import mixed_precision
 from respo.runtime.sampler import sample
 from respo.runtime.tasks import score_rollout
 
@@ -107,11 +108,13 @@ def evaluate_held_out(policy, task, examples, cfg) -> dict:
 
     Args:
         policy: anything with ``model`` and ``tokenizer`` (a `respo.train.policy.Policy`).
-        cfg: the run's `TrainConfig` (``eval_k``, ``max_new_tokens``).
+        cfg: the run's `TrainConfig` (``eval_k``, ``max_new_tokens``, ``dtype``); the draws come from a
+            generator on the model's device (CUDA draws differ from the CPU's).
     """
-    gen = torch.Generator().manual_seed(EVAL_SEED)
-    return evaluate_policy(policy.model, policy.tokenizer, task, examples, k=cfg.eval_k,
-                           max_new_tokens=cfg.max_new_tokens, temperature=EVAL_TEMPERATURE, generator=gen)
+    gen = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(EVAL_SEED)
+    with mixed_precision(policy.model, cfg.dtype):
+        return evaluate_policy(policy.model, policy.tokenizer, task, examples, k=cfg.eval_k,
+                               max_new_tokens=cfg.max_new_tokens, temperature=EVAL_TEMPERATURE, generator=gen)
 
 
 def eval_record(ev: dict) -> dict:

@@ -9,6 +9,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from respo.runtime import models
+from respo.runtime.precision import resolve_device
 from respo.runtime.sft import INFO_FILE, load_policy, warm_start
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
@@ -27,15 +28,22 @@ class Policy:
 
 
 def load_run_policy(cfg: TrainConfig) -> Policy:
-    """Preset + warm start (cached SFT), preset from scratch, or a local model directory.
+    """Preset + warm start (cached SFT), preset from scratch, or a local model directory, on ``cfg.device``.
 
     A directory holding a warm start's info file is loaded as a warm start (its tokenizer is
-    left-padded); any other directory as a plain Hugging Face model and tokenizer.
+    left-padded); any other directory as a plain Hugging Face model and tokenizer. A warm start
+    that is not cached yet is trained on ``cfg.device`` too.
     """
+    policy = _load(cfg)
+    policy.model.to(resolve_device(cfg.device))  # in place; a no-op on the CPU
+    return policy
+
+
+def _load(cfg: TrainConfig) -> Policy:
     if cfg.model in models.PRESETS:
         if cfg.warm_start:
             ws = warm_start(cfg.task, cfg.model, cfg.cache_dir, seed=WARM_START_SEED, verbose=cfg.progress,
-                            **_warm_kwargs(cfg))
+                            device=cfg.device, **_warm_kwargs(cfg))
             model, tok, info = load_policy(ws.path)
             return Policy(model, tok, {"source": "warm_start", "path": str(ws.path), **_jsonable(info)})
         tok = build_char_tokenizer(get_task(cfg.task, **cfg.task_kwargs).alphabet)

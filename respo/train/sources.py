@@ -107,7 +107,8 @@ class AsyncSource:
     def __init__(self, policy: Policy, task, pool, cfg: TrainConfig, *, stream: PromptStream, version: int):
         snapshot = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.info)
         snapshot.model.requires_grad_(False)
-        generator = torch.Generator().manual_seed(cfg.seed + WORKER_SEED_OFFSET)
+        generator = torch.Generator(device=next(policy.model.parameters()).device)
+        generator.manual_seed(cfg.seed + WORKER_SEED_OFFSET)
         self.sync_every, self.group_size, self.prompts = cfg.sync_every, cfg.group_size, cfg.prompts
         self.warn_repeats = _RepeatWarning(cfg)
 

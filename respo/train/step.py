@@ -1,8 +1,13 @@
 """The pieces of one training step: rollout, ``old_logp`` recomputation, one policy update.
 
-Micro-batching: each mini-batch is processed in chunks of ``micro_batch`` sequences whose losses use
-the mini-batch's token/sequence counts as normaliser (``global_tokens``/``global_seqs``), so the
-summed gradients equal the whole mini-batch's gradient.
+Micro-batching: each mini-batch is processed in chunks of consecutive rows, ``micro_batch`` rows each
+or, with ``micro_batch_tokens``, as many rows as fit a budget of padded tokens (`micro_batches`). Their
+losses use the mini-batch's token/sequence counts as normaliser (``global_tokens``/``global_seqs``), so
+the summed gradients equal the whole mini-batch's gradient up to float rounding.
+
+Device and precision: a `Batch` lives on the CPU (buffer, checkpoints, metrics); each micro-batch is
+moved to the model's device for its forward, which runs in ``cfg.dtype``
+(`respo.runtime.precision.mixed_precision`); log-probs come back as float32.
 
 MoE routing is decided in one place, `ForwardRouting`: sampling records the experts every token
 used; the ``old_logp`` and training forwards replay them (``routing_replay``) or, for the training
@@ -18,6 +23,7 @@ import torch
 from respo import group_advantages, policy_loss
 from respo.runtime import moe
 from respo.runtime.logprobs import token_logprobs
+from respo.runtime.precision import mixed_precision
 from respo.runtime.sampler import sample
 from respo.runtime.tasks import score_rollout
 from respo.train.buffer import Batch, staleness_stats
@@ -25,7 +31,8 @@ from respo.train.config import TrainConfig
 from respo.train.metrics import timed
 from respo.train.policy import Policy
 
-__all__ = ["ForwardRouting", "rollout_batch", "recompute_logp", "update_step", "make_optimizer", "batch_metrics"]
+__all__ = ["ForwardRouting", "rollout_batch", "micro_batches", "recompute_logp", "update_step", "make_optimizer",
+           "batch_metrics", "training_forward"]
 
 
 class ForwardRouting:
@@ -69,6 +76,12 @@ def _replayed(batch: Batch, cfg: TrainConfig) -> torch.Tensor | None:
     return batch.routing if cfg.routing_replay else None
 
 
+def _replayed_on(batch: Batch, cfg: TrainConfig, model) -> torch.Tensor | None:
+    """`_replayed`, on the model's device."""
+    replay = _replayed(batch, cfg)
+    return None if replay is None else replay.to(next(model.parameters()).device)
+
+
 # ----------------------------------------------------------------------------------------------
 # Rollout
 # ----------------------------------------------------------------------------------------------
@@ -84,24 +97,81 @@ def rollout_batch(policy: Policy, task, pool, indices: list[int], cfg: TrainConf
     examples = [pool[i] for i in indices for _ in range(G)]
     rec: dict[str, Any] = {}
     model.eval()
-    with timed(rec, "sample"), ForwardRouting(model, record=True) as routing:
+    with timed(rec, "sample"), ForwardRouting(model, record=True) as routing, mixed_precision(model, cfg.dtype):
         ro = sample(model, policy.tokenizer, [ex.prompt for ex in examples], max_new_tokens=cfg.max_new_tokens,
                     temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, version=version)
     model.train()
+    ro = _on_cpu(ro)
     rewards = torch.tensor(score_rollout(task, ro, examples))  # (S,)
     adv = group_advantages(rewards, G, kind=cfg.adv_kind)  # (S,)
     batch = Batch(input_ids=ro.input_ids, attention_mask=ro.attention_mask, response_start=ro.response_start,
                   mask=ro.response_mask.float(), behaviour_logp=ro.behaviour_logp.float(), rewards=rewards,
                   version=torch.full((len(examples),), version, dtype=torch.long), adv=adv,
-                  routing=routing.current(length=ro.input_ids.shape[1]),
+                  routing=_cpu_or_none(routing.current(length=ro.input_ids.shape[1])),
                   example_index=torch.tensor([i for i in indices for _ in range(G)], dtype=torch.long))
     return batch, rec
 
 
-def _chunks(n_rows: int, micro: int) -> list[tuple[int, int]]:
-    """Row ranges [i, j) of ``micro`` rows each (0: one chunk of all rows)."""
-    m = micro or n_rows
-    return [(i, min(i + m, n_rows)) for i in range(0, n_rows, m)]
+def _cpu_or_none(x: torch.Tensor | None) -> torch.Tensor | None:
+    return None if x is None else x.cpu()
+
+
+def _on_cpu(ro):
+    """The rollout's tensors on the CPU (a no-op there), where batches are kept."""
+    for name in ("input_ids", "attention_mask", "response_mask", "behaviour_logp", "finished"):
+        setattr(ro, name, _cpu_or_none(getattr(ro, name)))
+    return ro
+
+
+def micro_batches(mask: torch.Tensor, response_start: int, cfg: TrainConfig) -> list[tuple[int, int]]:
+    """Row ranges [i, j) covering a mini-batch in order, one per forward/backward.
+
+    Rows mode (``micro_batch_tokens = 0``): ``micro_batch`` rows each (0: one range of all rows).
+    Tokens mode: consecutive rows are packed while the trimmed forward stays within the budget,
+
+        cost([i, j)) = (j - i) * (response_start + max_{i <= r < j} len_r) <= micro_batch_tokens,
+
+    with len_r the response length of row r (a range holds at least one row). E.g. budget 40,
+    response_start 6: lengths [2, 4, 4, 1] give one range [0, 4) (4 * (6 + 4) = 40 fits); lengths
+    [2, 14, 4, 1] give [0, 2) (2 * 20 = 40 fits, 3 rows would cost 60) and [2, 4) (2 * 10 = 20).
+
+    Args:
+        mask: (S, T) response mask of the mini-batch.
+    """
+    S = mask.shape[0]
+    if not cfg.micro_batch_tokens:
+        m = cfg.micro_batch or S
+        return [(i, min(i + m, S)) for i in range(0, S, m)]
+    lengths = mask.sum(1).long().tolist()  # (S,)
+    out, i, longest = [], 0, 0
+    for j, n in enumerate(lengths):
+        longest_with = max(longest, n)
+        if j > i and (j + 1 - i) * (response_start + max(longest_with, 1)) > cfg.micro_batch_tokens:
+            out.append((i, j))
+            i, longest_with = j, n
+        longest = longest_with
+    out.append((i, S))
+    return out
+
+
+def training_forward(model, cfg: TrainConfig):
+    """What the old-logp and training forwards call: ``model``, or with ``cfg.compile`` its compiled
+    wrapper (``torch.compile(model, dynamic=True)``, built once per model, sharing its parameters)."""
+    if not cfg.compile:
+        return model
+    compiled = model.__dict__.get("_respo_compiled")  # a plain attribute: not a submodule, not in state_dict
+    if compiled is None:
+        compiled = torch.compile(model, dynamic=True)
+        model.__dict__["_respo_compiled"] = compiled
+    return compiled
+
+
+def _logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False):
+    """``token_logprobs`` of a micro-batch on the model's device in ``cfg.dtype``; float32 (m, t) results."""
+    device = next(model.parameters()).device
+    with mixed_precision(model, cfg.dtype):
+        return token_logprobs(training_forward(model, cfg), mb.input_ids.to(device), mb.attention_mask.to(device),
+                              mb.response_start, temperature=cfg.temperature, with_entropy=with_entropy)
 
 
 @torch.no_grad()
@@ -123,12 +193,12 @@ def recompute_logp(model, batch: Batch, cfg: TrainConfig, *, start_row: int = 0)
     if start_row % cfg.mini_batch_seqs:
         raise ValueError(f"start_row {start_row} is not a mini-batch boundary ({cfg.mini_batch_seqs} rows)")
     for mb_start in range(start_row, batch.size, cfg.mini_batch_seqs):
-        for i, j in _chunks(min(cfg.mini_batch_seqs, batch.size - mb_start), cfg.micro_batch):
-            mb = batch.rows(mb_start + i, mb_start + j).trimmed()
-            with ForwardRouting(model, replay=_replayed(mb, cfg)):
-                logp, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_start,
-                                         temperature=cfg.temperature)
-            old[mb_start + i:mb_start + j, :logp.shape[1]] = logp * mb.mask  # (m, t)
+        mini = batch.rows(mb_start, min(mb_start + cfg.mini_batch_seqs, batch.size))
+        for i, j in micro_batches(mini.mask, mini.response_start, cfg):
+            mb = mini.rows(i, j).trimmed()
+            with ForwardRouting(model, replay=_replayed_on(mb, cfg, model)):
+                logp, _ = _logprobs(model, mb, cfg)
+            old[mb_start + i:mb_start + j, :logp.shape[1]] = logp.cpu() * mb.mask  # (m, t)
     return old
 
 
@@ -150,6 +220,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    device = next(model.parameters()).device
     S, T = batch.mask.shape
     global_tokens = batch.mask.sum()  # 0-d
     global_seqs = S
@@ -158,23 +229,23 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     ent_sum = torch.zeros(())
     loss_total = torch.zeros(())
     router_now = []  # MoE: the experts the current router picks, per micro-batch
-    for i, j in _chunks(S, cfg.micro_batch):
+    for i, j in micro_batches(batch.mask, batch.response_start, cfg):
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
-        with ForwardRouting(model, replay=_replayed(mb, cfg), record=mb.routing is not None) as routing:
-            logp, ent = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.response_start,
-                                       temperature=cfg.temperature, with_entropy=True)  # (m, t)
+        mask = mb.mask.to(device)  # (m, t)
+        with ForwardRouting(model, replay=_replayed_on(mb, cfg, model), record=mb.routing is not None) as routing:
+            logp, ent = _logprobs(model, mb, cfg, with_entropy=True)  # (m, t)
         if on_policy:
-            old_logp[i:j, :t] = logp.detach() * mb.mask
+            old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
         if mb.routing is not None:
-            router_now.append(routing.current(length=mb.input_ids.shape[1]))
-        loss, _ = policy_loss(cfg.objective, logp, old_logp[i:j, :t], mb.adv, mb.mask,
-                              loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens,
+            router_now.append(_cpu_or_none(routing.current(length=mb.input_ids.shape[1])))
+        loss, _ = policy_loss(cfg.objective, logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
+                              loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens.to(device),
                               global_seqs=global_seqs, diagnostics=False, **cfg.objective_kwargs)
         loss.backward()
-        loss_total += loss.detach()
-        logp_all[i:j, :t] = logp.detach() * mb.mask
-        ent_sum += (ent.detach() * mb.mask).sum()
+        loss_total += loss.detach().cpu()
+        logp_all[i:j, :t] = logp.detach().cpu() * mb.mask
+        ent_sum += (ent.detach().cpu() * mb.mask).sum()
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     lr = optimizer.param_groups[0]["lr"]
@@ -183,7 +254,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     with torch.no_grad():
         _, diag = policy_loss(cfg.objective, logp_all, old_logp, batch.adv, batch.mask,
                               loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
-    out = {"loss": loss_total, "grad_norm": grad_norm, "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1)}
+    out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1)}
     out.update(diag)
     if router_now:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
         now = moe.cat_routings(router_now, length=batch.routing.shape[1])  # (S, L, n_layers, k)

@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from respo.runtime import moe
+from respo.runtime.precision import resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
 from respo.train.checkpoint import (RunDirError, RunState, checkpoint_manifest, lock_run_dir, prepare_run_dir,
@@ -95,13 +96,15 @@ def _run(cfg: TrainConfig, run_dir: Path, ckpt_root: Path, ckpt: Path | None, se
         task = get_task(cfg.task, **cfg.task_kwargs)
         pool = task.examples("train", cfg.train_pool, cfg.seed)
         held_out = task.examples("test", cfg.eval_prompts, EVAL_SEED) if cfg.eval_prompts else []
+        device = resolve_device(cfg.device)
         policy = load_run_policy(cfg)
-        model = policy.model
+        model = policy.model.to(device)  # a no-op on the CPU
         if cfg.routing_replay and not moe.is_moe(model):
             raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
         model.train()
         state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
-                         buffer=RolloutBuffer(cfg.mini_batch_seqs), generator=torch.Generator().manual_seed(cfg.seed),
+                         buffer=RolloutBuffer(cfg.mini_batch_seqs),
+                         generator=torch.Generator(device=device).manual_seed(cfg.seed),
                          part_start=part_start)
         record = {**settings, "policy": policy.info}
         if ckpt is not None:
