@@ -212,3 +212,16 @@ def test_model_directory_kind_is_decided_by_its_files(tmp_path):
     (tmp_path / "broken" / INFO_FILE).write_text("{}")
     with pytest.raises((OSError, ValueError)):  # no tokenizer files: the real error surfaces
         load_run_policy(apply_overrides(TrainConfig(), {"model": str(tmp_path / "broken")}))
+
+
+@pytest.mark.parametrize("grad_clip, clipped", [(1e-6, 1.0), (0.0, 0.0), (1e6, 0.0)])
+def test_grad_clipped_says_whether_clipping_fired(setup, grad_clip, clipped):
+    # grad_clip = 1e-6 is far below any real gradient norm, so clipping scales the update down (1);
+    # 0 disables clipping and 1e6 is never reached (0). The recorded grad_norm is the norm before clipping.
+    cfg = _cfg(grad_clip=grad_clip)
+    batch = _rollout(setup, cfg, cfg.prompts)
+    model = copy.deepcopy(setup[0].model)
+    opt, sched = make_optimizer(model, cfg)
+    m, _ = update_step(model, opt, sched, batch, cfg)
+    assert float(m["grad_norm"]) > 1e-6
+    assert float(m["grad_clipped"]) == clipped

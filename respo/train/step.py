@@ -214,7 +214,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     equal to `recompute_logp`.
 
     Returns:
-        Metrics (loss, grad_norm, lr, entropy, the core's diagnostics from ``policy_loss`` on the
+        Metrics (loss, grad_norm, grad_clipped, lr, entropy, the core's diagnostics from ``policy_loss`` on the
         whole mini-batch, recomputed from the detached micro-batch log-probs; MoE: router shift and
         expert load), and the ``old_logp`` the update used, (S, T).
     """
@@ -254,7 +254,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     with torch.no_grad():
         _, diag = policy_loss(cfg.objective, logp_all, old_logp, batch.adv, batch.mask,
                               loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
-    out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1)}
+    out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
+           "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)
     if router_now:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
         now = moe.cat_routings(router_now, length=batch.routing.shape[1])  # (S, L, n_layers, k)
