@@ -30,6 +30,7 @@ bench: setup
 	$(PY) benchmarks/bench_losses.py
 	$(PY) benchmarks/bench_sampler.py
 	$(PY) benchmarks/bench_step.py
+	$(PY) benchmarks/bench_precision.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
