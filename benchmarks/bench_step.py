@@ -26,7 +26,7 @@ in float32 and under bfloat16 autocast: tokens/s and achieved FLOP/s (counted by
 
 A quick run: ``--presets tiny-dense --prompts 4 --group-size 4 --max-new-tokens 32 --steps 1``.
 
-Timings on a shared machine are noisy: compare ratios from one call, not absolute numbers.
+Timings on a busy machine are noisy: compare ratios from one call, not absolute numbers.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """respo core: pure functions of tensors (torch only). Ratios, kernels, objectives, aggregation,
-advantages and weight diagnostics. Metrics are detached tensors; the caller converts them."""
+advantages, input checks, weight diagnostics and MoE routing diagnostics. Metrics are detached
+tensors; the caller converts them."""
 
 from respo.core.advantages import ADVANTAGE_KINDS, group_advantages
 from respo.core.aggregation import AGG_MODES, agg_loss

@@ -1,4 +1,5 @@
-"""Embedded runtime: tasks and rewards, char tokenizer, tiny policies, log-probs, sampler, SFT.
+"""Embedded runtime: tasks and rewards, char tokenizer, tiny policies, log-probs, sampler, SFT,
+device and precision (``precision``), MoE routing record/replay (``moe``).
 
 Submodules are imported on first use (``respo.runtime.sampler`` etc. pull in transformers);
 ``from respo.runtime import sample`` works too.

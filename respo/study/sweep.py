@@ -22,7 +22,7 @@ Presets (grid dimensions; `PRESETS` has the exact values):
     calibrate  lr x N stability map: 4 objectives x lr {1e-5, 3e-5, 1e-4} x N {1, 8, 32}, seed 0.
     full       the study: 4 objectives x N {1, 8, 16, 32} x seeds {0, 1, 2} at ``--lr``, dense preset.
     moe        the same grid on the tiny-moe preset (seeds {0, 1}).
-    groups     G in {4, 8, 16} at N = 16 for respo and grpo (``--baseline`` picks the baseline).
+    groups     G in {4, 8, 16} at N = 16 for respo and grpo (``--objectives`` picks the baseline).
     ablation   ReSPO's positive branch with VESPO's negative branch and the reverse, N {1, 8, 32}.
     replay     respo on tiny-moe with and without routing replay, N {1, 16}.
 """

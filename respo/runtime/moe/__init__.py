@@ -88,6 +88,8 @@ detached tensors, no ``.item()``)::
 
 Integration points for the trainer
 ----------------------------------
+The trainer does all three through ``respo.train.step.ForwardRouting``.
+
 (a) Sampling: for an MoE policy (``is_moe(model)``), record the rollout::
 
         rec = RoutingRecorder(model)
