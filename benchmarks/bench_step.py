@@ -107,7 +107,8 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
     from respo.runtime.tasks import get_task
     from respo.runtime.tokenizer import build_char_tokenizer
     from respo.train.config import TrainConfig, apply_overrides
-    from respo.train.trainer import Policy, make_optimizer, recompute_logp, rollout_batch, update_step
+    from respo.train.policy import Policy
+    from respo.train.step import make_optimizer, recompute_logp, rollout_batch, update_step
 
     tok = build_char_tokenizer()
     model = policy_for(preset, tok, seed, T + 64).train()

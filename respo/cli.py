@@ -137,7 +137,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from respo.runtime.tasks import load_task
     from respo.train.config import ConfigError, apply_overrides, TrainConfig
     from respo.train.evaluate import evaluate_policy
-    from respo.train.trainer import EVAL_SEED, load_run_policy
+    from respo.train.evaluate import EVAL_SEED
+    from respo.train.policy import load_run_policy
 
     problem = device_problem(args.device) or (None if args.dtype in DTYPES else
                                               f"dtype {args.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")

@@ -14,41 +14,16 @@ import torch
 from safetensors.torch import load_file
 
 from respo.runtime.logprobs import token_logprobs
-from respo.runtime.models import build_policy
 from respo.runtime.precision import device_problem, mixed_precision, resolve_device
 from respo.runtime.sampler import sample
-from respo.runtime.tasks import get_task
-from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.checkpoint import rng_state, set_rng_state
-from respo.train.config import ConfigError, TrainConfig, apply_overrides, validate
-from respo.train.trainer import Policy, make_optimizer, recompute_logp, rollout_batch, update_step
-from respo.train.step import micro_batches
+from respo.train.config import ConfigError, apply_overrides, validate
+from respo.train.step import make_optimizer, micro_batches, update_step
+from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def _cfg(**kw):
-    base = dict(task_kwargs={"overlong": [12, 11]}, warm_start=False, prompts=2, group_size=4, max_new_tokens=12,
-                eval_prompts=0, progress=False, tensorboard=False, lr=1e-3, warmup=0)
-    return apply_overrides(TrainConfig(), {**base, **kw})
-
-
-@pytest.fixture(scope="module")
-def setup():
-    tok = build_char_tokenizer()
-    model = build_policy("tiny-dense", tok, seed=0)
-    task = get_task("addition", overlong=(12, 11))
-    pool = task.examples("train", 64, 0)
-    return Policy(model, tok, {}), task, pool
-
-
-def _rollout(setup, cfg, n_prompts):
-    policy, task, pool = setup
-    batch, _ = rollout_batch(policy, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
-    batch.old_logp = recompute_logp(policy.model, batch, cfg)
-    return batch
 
 
 # ----------------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_report_tables_from_hand_made_runs(tmp_path):
 # ------------------------------------------------------------------------------------------------
 def test_kernel_coefficients_match_design_values():
     lw = torch.log(torch.tensor([0.01, 2.0, 4.0], dtype=torch.float64))
-    # Kernel values (docs/method.md): φ+(0.01) = 1.35907, φ+(2) = 0.55182; φ-(0.01) = 0.60497, φ-(4) = 0.27067
+    # Kernel values (docs/method.md): φ+(0.01) = 1.35907, φ+(2) = 0.55182; φ-(0.01) = 0.1·e^1.8 = 0.604965, φ-(4) = 0.27067
     pos = kernel_coefficients("respo", lw, 1.0)
     neg = kernel_coefficients("respo", lw, -1.0)
     assert pos[:2].tolist() == pytest.approx([1.35907, 0.55182], abs=1e-5)

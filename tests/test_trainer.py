@@ -15,31 +15,11 @@ from respo.runtime.models import build_policy
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
-from respo.train.trainer import Policy, make_optimizer, recompute_logp, rollout_batch, update_step
+from respo.train.policy import Policy
+from respo.train.step import make_optimizer, recompute_logp, rollout_batch, update_step
+from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)
-
-
-def _cfg(**kw):
-    base = dict(task_kwargs={"overlong": [12, 11]}, warm_start=False, prompts=2, group_size=4, max_new_tokens=12,
-                eval_prompts=0, progress=False, tensorboard=False, lr=1e-3, warmup=0)
-    return apply_overrides(TrainConfig(), {**base, **kw})
-
-
-@pytest.fixture(scope="module")
-def setup():
-    tok = build_char_tokenizer()
-    model = build_policy("tiny-dense", tok, seed=0)
-    task = get_task("addition", overlong=(12, 11))
-    pool = task.examples("train", 64, 0)
-    return Policy(model, tok, {}), task, pool
-
-
-def _rollout(setup, cfg, n_prompts):
-    policy, task, pool = setup
-    batch, _ = rollout_batch(policy, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
-    batch.old_logp = recompute_logp(policy.model, batch, cfg)
-    return batch
 
 
 KWARGS = {"reshaped": {"pos_kernel": respo.respo_kernel(2.0, 0.5, 2.0), "neg_kernel": respo.vespo_kernel(3.0, 2.0)}}
@@ -168,7 +148,7 @@ def test_off_policy_training_learns(tmp_path, objective):
 def test_preset_from_scratch_gets_the_tasks_alphabet():
     # A text task trained from a preset without warm start must not encode its prompts as <unk>:
     # the char tokenizer takes the task's alphabet (as the warm start's SFT does).
-    from respo.train.trainer import load_run_policy
+    from respo.train.policy import load_run_policy
 
     cfg = apply_overrides(TrainConfig(), {"warm_start": False, "task": "reasoning_gym:basic_arithmetic"})
     tok = load_run_policy(cfg).tokenizer
@@ -201,7 +181,7 @@ def test_model_directory_kind_is_decided_by_its_files(tmp_path):
     # A directory with a warm start's info file loads as a warm start; a broken one raises instead of
     # falling back to a plain Hugging Face load. A plain saved model loads without the info file.
     from respo.runtime.sft import INFO_FILE
-    from respo.train.trainer import load_run_policy
+    from respo.train.policy import load_run_policy
 
     tok = build_char_tokenizer()
     build_policy("tiny-dense", tok, seed=0).save_pretrained(tmp_path / "plain")

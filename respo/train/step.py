@@ -180,8 +180,8 @@ def recompute_logp(model, batch: Batch, cfg: TrainConfig, *, start_row: int = 0)
 
     Uses exactly the chunking, trimming and module mode of `update_step`'s training forward (the
     model stays in ``train()``; the presets have no dropout), so a mini-batch trained before any
-    update gets log W = 0 exactly. Micro-batch boundaries line up with mini-batch boundaries because
-    ``micro_batch`` divides B*G.
+    update gets log W = 0 exactly. Micro-batches never cross a mini-batch boundary: they are cut
+    within each mini-batch, as `update_step` cuts them.
 
     Rows before ``start_row`` are left at 0: the sync loop passes ``start_row = B*G`` because the
     first mini-batch is trained before any update, where ``old_logp`` equals the training forward's

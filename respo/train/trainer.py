@@ -32,12 +32,11 @@ from respo.train.checkpoint import (RunDirError, RunState, checkpoint_manifest, 
 from respo.train.config import ConfigError, TrainConfig, config_to_dict, validate
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, timed, write_summary
-from respo.train.policy import Policy, load_run_policy
+from respo.train.policy import load_run_policy
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
-from respo.train.step import batch_metrics, make_optimizer, recompute_logp, rollout_batch, update_step
+from respo.train.step import batch_metrics, make_optimizer, update_step
 
-__all__ = ["train", "load_run_policy", "rollout_batch", "recompute_logp", "update_step", "make_optimizer", "Policy",
-           "EVAL_SEED"]
+__all__ = ["train"]
 
 NUMPY_SEED_RANGE = 2**32  # numpy's legacy seeding takes seeds in [0, 2**32)
 #: What a run writes when it ends; removed when a resumed run goes on past it.

@@ -87,6 +87,7 @@ __all__ = [
     "Task",
     "ProceduralTask",
     "AdditionTask",
+    "MultiplicationTask",
     "CountdownTask",
     "ReasoningGymTask",
     "MathTask",
