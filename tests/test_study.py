@@ -270,3 +270,91 @@ def test_sweep_resumes_from_a_checkpoint_and_restarts_a_run_killed_before_its_fi
     (fresh / "metrics.jsonl").write_text('{"update": 1}\n')
     cmd = train_command(spec, fresh, tmp_path / "base.toml", 1)
     assert "--overwrite" in cmd and "--resume" not in cmd
+
+
+# ------------------------------------------------------------------------------------------------
+# the long-response study: runs.csv's columns and the long-* presets
+# ------------------------------------------------------------------------------------------------
+def _long_fake_run(root: Path, ov: dict, recs: list[dict]) -> Path:
+    """A finished run directory written by hand, with the long study's per-update metrics."""
+    ov = {"lr": 3e-5, "seed": 0, **ov}
+    d = root / "runs" / run_name(ov)
+    d.mkdir(parents=True)
+    cfg = {"model": "tiny-dense", "group_size": 8, "objective_kwargs": {}, "loss_agg_mode": "", "routing_replay": False,
+           "updates": len(recs), "prompts": 4, "task": "addition", "task_kwargs": {"digits": 42, "scratchpad": True}, **ov}
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"update": u, **r}) + "\n" for u, r in enumerate(recs, 1)))
+    (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": 0.5}}))
+    return d
+
+
+def test_runs_csv_long_study_columns(tmp_path):
+    import csv
+
+    # 4 updates at N = 2: staleness 0, 1, 0, 1. Same-batch numbers on the stale updates (2 and 4) only.
+    recs = [{"score": 0.5, "staleness_mean": s, "response_length": L, "grad_clipped": g,
+             "same_batch/frac_pos_low_w": f, "same_batch/respo_pos_low_w_mass_share": rs,
+             "same_batch/vespo_pos_low_w_mass_share": vs}
+            for s, L, g, f, rs, vs in [(0, 250.0, 1.0, 0.0, 0.0, 0.0), (1, 254.0, 0.0, 0.2, 0.3, 0.05),
+                                       (0, 252.0, 0.0, 0.0, 0.0, 0.0), (1, 256.0, 1.0, 0.4, 0.5, 0.15)]]
+    _long_fake_run(tmp_path, {"objective": "reshaped", "reuse": 2,
+                              "objective_kwargs": {"pos_kernel": "respo(2, 0.5, 2)", "neg_kernel": "vespo(3,2)"}}, recs)
+    _long_fake_run(tmp_path, {"objective": "gspo", "reuse": 2, "loss_agg_mode": "token-mean"}, recs[:2])
+    _long_fake_run(tmp_path, {"objective": "reshaped", "reuse": 2}, recs[:1])  # the core's default branches
+    out = tmp_path / "report"
+    build_report([tmp_path], out)
+    rows = {r["run"]: r for r in csv.DictReader((out / "runs.csv").open())}
+    assert len(rows) == 3
+    r = rows["tiny-dense_respopos.vesponeg_N2_G8_lr3e-05_s0"]
+    assert r["objective"] == "respo+/vespo-" and r["kernels"] == "respo(2,0.5,2)+/vespo(3,2)-"
+    assert (r["task"], json.loads(r["task_kwargs"]), r["B"], r["loss_agg_mode"]) == \
+        ("addition", {"digits": 42, "scratchpad": True}, "4", "")
+    assert float(r["response_length"]) == pytest.approx(253.0)  # (250 + 254 + 252 + 256) / 4, every update
+    assert float(r["same_batch_frac_pos_low_w"]) == pytest.approx(0.3)  # (0.2 + 0.4) / 2, stale updates
+    assert float(r["same_batch_respo_mass_share"]) == pytest.approx(0.4)  # (0.3 + 0.5) / 2
+    assert float(r["same_batch_vespo_mass_share"]) == pytest.approx(0.1)  # (0.05 + 0.15) / 2
+    assert float(r["grad_clip_rate"]) == pytest.approx(0.5)  # 2 of 4 updates clipped
+    assert float(r["late_mean"]) == pytest.approx(0.5) and r["reuse"] == "2"  # the existing columns stay
+    g = rows["tiny-dense_gspo_N2_G8_lr3e-05_s0_token-mean"]  # an aggregation override: its own run and row
+    assert (g["objective"], g["kernels"], g["loss_agg_mode"]) == ("gspo@token-mean", "gspo", "token-mean")
+    assert float(g["grad_clip_rate"]) == pytest.approx(0.5) and float(g["response_length"]) == pytest.approx(252.0)
+    d = rows["tiny-dense_respo-2-0.5-2-pos.respo-1-0.5-2-neg_N2_G8_lr3e-05_s0"]
+    assert d["kernels"] == "respo(2,0.5,2)+/respo(1,0.5,2)-"
+    assert d["same_batch_frac_pos_low_w"] == ""  # no stale update: NaN is written empty
+
+
+def test_long_presets_plan_their_grids():
+    from respo.study.sweep import LONG_KERNELS, LONG_LR
+
+    main = plan("long-main", _args())
+    labels = {"grpo", "vespo", "respo", "respo+/vespo-", "respo+/respo0-"}
+    assert len(main) == len(labels) * 2 * 3 == len({s.name for s in main})  # objectives x N {1, 32} x seeds {0, 1, 2}
+    assert {(objective_label(s.overrides["objective"], s.overrides.get("objective_kwargs")), s.overrides["reuse"],
+             s.overrides["seed"], s.overrides["lr"]) for s in main} == \
+        {(o, n, k, LONG_LR) for o in labels for n in (1, 32) for k in (0, 1, 2)}
+    kw = {objective_label(s.overrides["objective"], s.overrides.get("objective_kwargs")): s.overrides.get("objective_kwargs")
+          for s in main}
+    assert kw["respo+/vespo-"] == {"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}
+    assert kw["respo+/respo0-"] == {"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "respo(1,0.5,0)"}
+    assert plan("long-main", _args(lrs=[1e-5]))[0].overrides["lr"] == 1e-5
+
+    neg = plan("long-negative", _args())
+    assert len(neg) == 8 * 2 * 3 == len({s.name for s in neg})
+    cells = {(s.overrides["objective"], (s.overrides.get("objective_kwargs") or {}).get("neg_kernel"),
+              s.overrides.get("loss_agg_mode", "")) for s in neg}
+    assert cells == {("reshaped", "vespo(3,2)", ""), ("reshaped", "truncated(1)", ""), ("reshaped", "respo(1,0.5,0)", ""),
+                     ("respo", None, ""), ("reinforce", None, ""), ("grpo", None, ""), ("gspo", None, ""),
+                     ("gspo", None, "token-mean")}
+    assert all(s.overrides["objective_kwargs"]["pos_kernel"] == "respo(2,0.5,2)" for s in neg
+               if s.overrides["objective"] == "reshaped")
+    assert {s.overrides["reuse"] for s in neg} == {1, 32} and {s.overrides["seed"] for s in neg} == {0, 1, 2}
+    gspo = sorted(s.name for s in neg if s.overrides["objective"] == "gspo" and s.overrides["reuse"] == 1
+                  and s.overrides["seed"] == 0)
+    assert gspo == ["tiny-dense_gspo_N1_G8_lr3e-05_s0", "tiny-dense_gspo_N1_G8_lr3e-05_s0_token-mean"]
+    # shared coordinates give the same run names, so a shared sweep directory runs them once
+    shared = {s.name for s in main} & {s.name for s in neg}
+    assert len(shared) == 4 * 2 * 3  # grpo, respo, respo+/vespo-, respo+/respo0-
+    assert set(LONG_KERNELS) == {"respo+/truncated-", "respo+/respo0-"}
+    assert len(plan("long-negative", _args(objectives=["grpo@seq-mean-token-mean"], seeds=[0], reuse=[1]))) == 1
+    with pytest.raises(ValueError, match="unknown loss_agg_mode"):
+        plan("long-negative", _args(objectives=["gspo@mean"]))

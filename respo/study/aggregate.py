@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from respo.core.objectives import hyperparameters
 from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
-           "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean"]
+           "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label"]
 
 STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
 
@@ -74,13 +76,30 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
             recs = _read_jsonl(rd / "metrics.jsonl")
             summ = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").is_file() else None
             label = objective_label(cfg.get("objective", "?"), cfg.get("objective_kwargs") or {})
+            if cfg.get("loss_agg_mode"):  # an aggregation override is its own row of every table
+                label += f"@{cfg['loss_agg_mode']}"
             coords = {"model": _model_label(cfg), "objective": label, "reuse": cfg.get("reuse"), "lr": cfg.get("lr"),
                       "seed": cfg.get("seed"), "group_size": cfg.get("group_size"),
                       "routing_replay": bool(cfg.get("routing_replay")), "updates": cfg.get("updates"),
-                      "task": cfg.get("task"), "task_kwargs": json.dumps(cfg.get("task_kwargs", {}), sort_keys=True)}
+                      "task": cfg.get("task"), "task_kwargs": json.dumps(cfg.get("task_kwargs", {}), sort_keys=True),
+                      "prompts": cfg.get("prompts"), "loss_agg_mode": cfg.get("loss_agg_mode") or "",
+                      "kernels": kernels_label(cfg)}
             runs.append(Run(rd, cfg, [r for r in recs if "event" not in r], [r for r in recs if r.get("event") == "eval"],
                             summ, label, coords))
     return runs
+
+
+def kernels_label(cfg: dict) -> str:
+    """The objective with its exact kernel choice: ``reshaped`` runs as ``POS+/NEG-`` kernel specs (e.g.
+    ``respo(2,0.5,2)+/vespo(3,2)-``, whatever their short label), others as `objective_label`."""
+    from respo.study.sweep import objective_label
+
+    kw = cfg.get("objective_kwargs") or {}
+    if cfg.get("objective") == "reshaped":
+        spec = {**hyperparameters("reshaped"), **kw}  # the core's default branches where a run sets none
+        pos, neg = (re.sub(r"\s+", "", str(spec[k])) for k in ("pos_kernel", "neg_kernel"))
+        return f"{pos}+/{neg}-"
+    return objective_label(cfg.get("objective", "?"), kw)
 
 
 def _model_label(cfg: dict) -> str:

@@ -39,7 +39,8 @@ class NoRunsError(RespoError, FileNotFoundError):
     """``respo report`` found no run directory (one with ``config.json``) under the given paths."""
 
 
-ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-", "reinforce")
+ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-", "respo+/truncated-", "respo+/respo0-",
+                  "reinforce")
 
 
 def _order(labels: Iterable[str], preferred: Iterable[str]) -> list[str]:
@@ -329,6 +330,8 @@ def _ablation_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
         sel = [r for r in runs if r.finished and r.coords["model"] == model and r.coords["group_size"] == G
                and r.coords["lr"] == lr and not r.coords["routing_replay"] and r.coords["objective"] in ABLATION_ORDER]
         Ns = sorted({r.coords["reuse"] for r in sel if "/" in r.coords["objective"]})
+        if not Ns:  # only reshaped pairs without a label here: runs.csv lists them
+            continue
         sel = [r for r in sel if r.coords["reuse"] in Ns]
         g = group_runs(sel, ("objective", "reuse"))
         objs = _order({o for o, _ in g}, ABLATION_ORDER)
@@ -451,12 +454,25 @@ CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3"
                "phi/pos_mean", "phi/neg_mean", "log_w/p10", "log_w/p50", "router_shift")
 
 
+#: runs.csv's same-batch columns: column -> per-update metric, averaged over stale updates (staleness > 0).
+CSV_SAME_BATCH = {"same_batch_frac_pos_low_w": "same_batch/frac_pos_low_w",
+                  "same_batch_respo_mass_share": "same_batch/respo_pos_low_w_mass_share",
+                  "same_batch_vespo_mass_share": "same_batch/vespo_pos_low_w_mass_share"}
+
+
 def _write_runs_csv(runs: list[Run], path: Path) -> None:
-    """One row per run: its coordinates and the numbers the tables aggregate."""
+    """One row per run: its coordinates and the numbers the tables aggregate.
+
+    After the ``stale_mean:*`` columns: ``task``, ``task_kwargs`` (JSON), ``response_length`` (mean
+    response tokens over all updates), ``kernels`` (objective with its exact kernel specs),
+    ``loss_agg_mode`` (empty = the objective's default), ``B`` (prompts per mini-batch), the
+    `CSV_SAME_BATCH` means over stale updates, and ``grad_clip_rate`` (fraction of updates whose
+    gradient norm was clipped)."""
     import csv
 
     cols = ["run", "model", "objective", "reuse", "group_size", "lr", "seed", "routing_replay", "updates", "finished",
-            "updates_logged", "late_mean", "early_max", "pass@1"] + [f"stale_mean:{k}" for k in CSV_METRICS]
+            "updates_logged", "late_mean", "early_max", "pass@1"] + [f"stale_mean:{k}" for k in CSV_METRICS] + \
+        ["task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH, "grad_clip_rate"]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
@@ -464,7 +480,10 @@ def _write_runs_csv(runs: list[Run], path: Path) -> None:
             c = r.coords
             row = [r.path.name, c["model"], c["objective"], c["reuse"], c["group_size"], c["lr"], c["seed"],
                    c["routing_replay"], c["updates"], r.finished, len(r.records), late_mean(r.scores),
-                   early_max(r.scores), _pass1(r)] + [run_mean(r, k, stale_only=True) for k in CSV_METRICS]
+                   early_max(r.scores), _pass1(r)] + [run_mean(r, k, stale_only=True) for k in CSV_METRICS] + \
+                [c["task"], c["task_kwargs"], run_mean(r, "response_length"), c["kernels"], c["loss_agg_mode"],
+                 c["prompts"]] + [run_mean(r, k, stale_only=True) for k in CSV_SAME_BATCH.values()] + \
+                [run_mean(r, "grad_clipped")]
             w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
                         (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
 

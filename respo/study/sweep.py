@@ -75,7 +75,7 @@ def objective_label(objective: str, objective_kwargs: dict | None = None) -> str
     kw = objective_kwargs or {}
     if objective == "reshaped":
         pair = (kw.get("pos_kernel", "respo(2,0.5,2)"), kw.get("neg_kernel", "respo(1,0.5,2)"))
-        for label, kernels in ABLATION_KERNELS.items():
+        for label, kernels in {**ABLATION_KERNELS, **LONG_KERNELS}.items():
             if _norm(kernels[0]) == _norm(pair[0]) and _norm(kernels[1]) == _norm(pair[1]):
                 return label
         return f"{_norm(pair[0])}+/{_norm(pair[1])}-"
@@ -94,6 +94,8 @@ def run_name(ov: dict) -> str:
              f"lr{ov.get('lr', 0):g}", f"s{ov.get('seed', 0)}"]
     if ov.get("routing_replay"):
         parts.append("rr")
+    if ov.get("loss_agg_mode"):  # an aggregation override is a run of its own
+        parts.append(ov["loss_agg_mode"])
     if "updates" in ov:
         parts.append(f"u{ov['updates']}")
     return "_".join(str(p) for p in parts)
@@ -196,6 +198,58 @@ PRESETS: dict[str, Preset] = {
                                 reuse=a.reuse or [1, 16], model=[MOE_MODEL], routing_replay=[False, True])),
     ),
 }
+
+
+# ---- the long-response study (configs/long: 128 to 512 response tokens) ------------------------
+#: Its learning rate until the long calibration picks one (``--lrs`` overrides).
+LONG_LR = 3e-5
+#: Negative-branch variants under ReSPO's positive branch (labels of ``objective_label`` too).
+LONG_KERNELS = {
+    "respo+/truncated-": ("respo(2,0.5,2)", "truncated(1)"),  # φ⁻ = min(W, 1) (TOPR's negative branch)
+    "respo+/respo0-": ("respo(2,0.5,2)", "respo(1,0.5,0)"),  # ReSPO's φ⁻ with λ⁻ = 0: √W, no decay
+}
+LONG_MAIN_OBJECTIVES = ("grpo", "vespo", "respo", "respo+/vespo-", "respo+/respo0-")
+#: ReSPO's φ⁻ = respo(1,0.5,2) is plain ``respo``, so those runs are long-main's.
+LONG_NEGATIVE_OBJECTIVES = ("respo+/vespo-", "respo+/truncated-", "respo+/respo0-", "respo", "reinforce", "grpo",
+                            "gspo", "gspo@token-mean")
+
+
+def _long_objectives(names: Iterable[str]) -> list[dict]:
+    """Like `_objectives`, plus `LONG_KERNELS` labels and an ``@AGG`` suffix setting ``loss_agg_mode``
+    (``gspo@token-mean``; no suffix = the objective's published aggregation)."""
+    from respo.core.aggregation import AGG_MODES
+
+    out = []
+    for n in names:
+        label, _, agg = n.partition("@")
+        if agg and agg not in AGG_MODES:
+            raise ValueError(f"objective {n!r}: unknown loss_agg_mode {agg!r}; choose one of {', '.join(AGG_MODES)}")
+        if label in LONG_KERNELS:
+            pos, neg = LONG_KERNELS[label]
+            obj = {"objective": "reshaped", "objective_kwargs": {"pos_kernel": pos, "neg_kernel": neg}}
+        else:
+            (obj,) = _objectives([label])
+        out.append({**obj, "loss_agg_mode": agg} if agg else obj)
+    return out
+
+
+PRESETS.update({
+    "long-main": Preset(
+        "long responses: grpo, vespo, respo, ReSPO+/VESPO- (reshaped respo(2,0.5,2) / vespo(3,2)) and ReSPO+ with "
+        "lambda- = 0 (reshaped respo(2,0.5,2) / respo(1,0.5,0)) x N {1, 32} x seeds {0, 1, 2} at --lrs "
+        f"(default {LONG_LR:g}); pass a configs/long base with --config",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1, 2]), lr=_lrs(a, [LONG_LR]),
+                                obj=_long_objectives(_obj_names(a, LONG_MAIN_OBJECTIVES)), reuse=a.reuse or [1, 32])),
+    ),
+    "long-negative": Preset(
+        "long responses, negative branch under ReSPO's positive respo(2,0.5,2): neg in {vespo(3,2), truncated(1), "
+        "respo(1,0.5,0), respo(1,0.5,2) (= respo)}, plus reinforce, grpo, gspo (published seq-mean-token-mean) and "
+        f"gspo@token-mean x N {{1, 32}} x seeds {{0, 1, 2}} at --lrs (default {LONG_LR:g}); pass a configs/long base "
+        "with --config",
+        lambda a: _expand(_grid(seed=_seeds(a, [0, 1, 2]), lr=_lrs(a, [LONG_LR]),
+                                obj=_long_objectives(_obj_names(a, LONG_NEGATIVE_OBJECTIVES)), reuse=a.reuse or [1, 32])),
+    ),
+})
 
 
 def plan(preset: str, args: argparse.Namespace) -> list[RunSpec]:
