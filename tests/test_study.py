@@ -358,3 +358,15 @@ def test_long_presets_plan_their_grids():
     assert len(plan("long-negative", _args(objectives=["grpo@seq-mean-token-mean"], seeds=[0], reuse=[1]))) == 1
     with pytest.raises(ValueError, match="unknown loss_agg_mode"):
         plan("long-negative", _args(objectives=["gspo@mean"]))
+
+
+def test_long_calibrate_preset_plans_its_grid():
+    # grpo, vespo x N {1, 32} x lr {3e-5, 1e-4, 1e-5} x seed {0} = 2 * 2 * 3 = 12 runs of 64 updates
+    runs = plan("long-calibrate", _args())
+    grid = {(s.overrides["objective"], s.overrides["reuse"], s.overrides["lr"], s.overrides["seed"]) for s in runs}
+    assert grid == {(o, n, lr, 0) for o in ("grpo", "vespo") for n in (1, 32) for lr in (3e-5, 1e-4, 1e-5)}
+    assert len(runs) == len(grid) == 12
+    assert all(s.overrides["updates"] == 64 for s in runs)  # 64 / 32 = 2 rollout steps at N = 32
+    # learning rate varies slowest (one seed): 1e-5 comes last, so the grid can be cut by dropping it
+    assert [s.overrides["lr"] for s in runs] == [3e-5] * 4 + [1e-4] * 4 + [1e-5] * 4
+    assert len(plan("long-calibrate", _args(lrs=[3e-5, 1e-4]))) == 8

@@ -25,6 +25,13 @@ Presets (grid dimensions; `PRESETS` has the exact values):
     groups     G in {4, 8, 16} at N = 16 for respo and grpo (``--objectives`` picks the baseline).
     ablation   ReSPO's positive branch with VESPO's negative branch and the reverse, N {1, 8, 32}.
     replay     respo on tiny-moe with and without routing replay, N {1, 16}.
+    long-calibrate  long-response calibration (with ``--config configs/long/base-128.toml``): grpo and
+               vespo x N {1, 32} x lr {3e-5, 1e-4, 1e-5}, seed 0, 64 updates (2 rollout steps at
+               N = 32). Calibration only: a study at these lengths needs >= 8 rollout steps per run.
+    long-main  grpo, vespo, respo, ReSPO+/VESPO- and ReSPO+ with lambda- = 0 x N {1, 32} x seeds {0, 1, 2}
+               at ``--lrs`` (with a ``configs/long`` base).
+    long-negative  the negative-branch family under ReSPO's positive branch, plus reinforce, grpo, gspo
+               (seq-mean-token-mean and token-mean) x N {1, 32} x seeds {0, 1, 2}.
 """
 
 from __future__ import annotations
@@ -196,6 +203,14 @@ PRESETS: dict[str, Preset] = {
         "routing replay: respo on tiny-moe with and without replay, N {1, 16}",
         lambda a: _expand(_grid(seed=_seeds(a, [0, 1]), lr=_lrs(a, [3e-5]), obj=_objectives(_obj_names(a, ["respo"])),
                                 reuse=a.reuse or [1, 16], model=[MOE_MODEL], routing_replay=[False, True])),
+    ),
+    "long-calibrate": Preset(
+        "long-response calibration (--config configs/long/base-128.toml): grpo and vespo x N {1, 32} x "
+        "lr {3e-5, 1e-4, 1e-5}, seed 0, 64 updates = 2 rollout steps at N = 32 (calibration only; "
+        "a study needs >= 8 rollout steps per run)",
+        lambda a: _expand(_grid(seed=_seeds(a, [0]), lr=_lrs(a, [3e-5, 1e-4, 1e-5]),
+                                obj=_objectives(_obj_names(a, ["grpo", "vespo"])), reuse=a.reuse or [1, 32])),
+        updates=64,
     ),
 }
 
