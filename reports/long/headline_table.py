@@ -33,6 +33,10 @@ def _ms(xs: list[float], digits: int = 3) -> str:
     return f"{_f(m, digits)} ± {_f(s, digits)} ({n})"
 
 
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else _f(p, 3)
+
+
 def _pass1(run) -> float:
     return ((run.summary or {}).get("eval_after") or {}).get("pass@1", math.nan)
 
@@ -63,7 +67,7 @@ def tables(paths: list[str]) -> list[str]:
             for metric, value in (("late mean", lambda r: late_mean(r.scores)), ("pass@1", _pass1)):
                 c = compare([value(r) for r in rs], [value(r) for r in cells[(lr, n, best)]])
                 out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {c.diff:+.3f} | {_f(c.t, 2)} ({_f(c.df, 1)}) | "
-                           f"{_f(c.p, 3)} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.verdict} |")
+                           f"{_p(c.p)} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.verdict} |")
     return out
 
 
