@@ -149,15 +149,9 @@ def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], *, n_resamples: in
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """`compare`'s result: Welch's test, the bootstrap interval of the difference, and a verdict."""
+class Comparison(Welch):
+    """`compare`'s result: Welch's test (its fields), the bootstrap interval of the difference, and a verdict."""
 
-    diff: float
-    t: float
-    df: float
-    p: float
-    n_a: int
-    n_b: int
     ci_low: float
     ci_high: float
     verdict: str
