@@ -53,14 +53,19 @@ class MiniBatchSource(Protocol):
         """Release what the source holds (threads)."""
 
 
-class _RepeatWarning:
-    """Says once on stderr that a rollout drew some prompts more than once (``repeated_prompts``)."""
+class _RepeatedPrompts:
+    """Counts a rollout's repeated prompt draws into the update record (``repeated_prompts``) and says
+    once on stderr that they happen."""
 
     def __init__(self, cfg: TrainConfig):
         self.cfg, self.said = cfg, False
 
-    def __call__(self, repeated: int, draws: int) -> None:
-        if repeated and not self.said:
+    def note(self, rec: dict[str, Any], batch: Batch, draws: int) -> None:
+        repeated = repeated_prompts(batch, self.cfg.group_size)
+        if not repeated:
+            return
+        rec["repeated_prompts"] = repeated
+        if not self.said:
             self.said = True
             print(f"[respo] warning: a rollout step draws {draws} prompts from a training pool of "
                   f"{self.cfg.train_pool}, so {repeated} of them repeat within the step (counted as repeated_prompts "
@@ -75,7 +80,7 @@ class SyncReuseSource:
                  generator: torch.Generator):
         self.policy, self.task, self.pool, self.cfg = policy, task, pool, cfg
         self.stream, self.buffer, self.generator = stream, buffer, generator
-        self.warn_repeats = _RepeatWarning(cfg)
+        self.repeats = _RepeatedPrompts(cfg)
 
     def next(self, version: int) -> MiniBatch:
         rec: dict[str, Any] = {}
@@ -87,10 +92,7 @@ class SyncReuseSource:
             self.buffer.put(batch)
         # every update record of a rollout step says how many of its prompt draws repeat (the step's whole
         # batch is in the buffer, checkpoints included, so a resumed run says it too)
-        repeated = repeated_prompts(self.buffer.batch, self.cfg.group_size)
-        if repeated:
-            rec["repeated_prompts"] = repeated
-            self.warn_repeats(repeated, self.cfg.rollout_prompts)
+        self.repeats.note(rec, self.buffer.batch, self.cfg.rollout_prompts)
         on_policy = self.buffer.next_index == 0
         return MiniBatch(self.buffer.take(), on_policy, rec)
 
@@ -109,8 +111,8 @@ class AsyncSource:
         snapshot.model.requires_grad_(False)
         generator = torch.Generator(device=next(policy.model.parameters()).device)
         generator.manual_seed(cfg.seed + WORKER_SEED_OFFSET)
-        self.sync_every, self.group_size, self.prompts = cfg.sync_every, cfg.group_size, cfg.prompts
-        self.warn_repeats = _RepeatWarning(cfg)
+        self.sync_every, self.prompts = cfg.sync_every, cfg.prompts
+        self.repeats = _RepeatedPrompts(cfg)
 
         def produce(v: int) -> Batch:
             batch, _ = rollout_batch(snapshot, task, pool, stream.next(cfg.prompts), cfg, generator, v)
@@ -125,10 +127,7 @@ class AsyncSource:
         with timed(rec, "wait"):
             batch, dropped = self.worker.take(version)
         rec["dropped"] = dropped
-        repeated = repeated_prompts(batch, self.group_size)
-        if repeated:
-            rec["repeated_prompts"] = repeated
-            self.warn_repeats(repeated, self.prompts)
+        self.repeats.note(rec, batch, self.prompts)
         return MiniBatch(batch, False, rec)
 
     def after_update(self, model: torch.nn.Module, update: int, version: int) -> None:

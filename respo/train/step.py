@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from respo import group_advantages, policy_loss
+from respo import build_objective, group_advantages, policy_loss
 from respo.runtime import moe
 from respo.runtime.logprobs import token_logprobs
 from respo.runtime.precision import mixed_precision
@@ -71,15 +71,12 @@ class ForwardRouting:
         return None
 
 
-def _replayed(batch: Batch, cfg: TrainConfig) -> torch.Tensor | None:
-    """The routing a training-side forward over ``batch`` replays (None: the router decides)."""
-    return batch.routing if cfg.routing_replay else None
-
-
 def _replayed_on(batch: Batch, cfg: TrainConfig, model) -> torch.Tensor | None:
-    """`_replayed`, on the model's device."""
-    replay = _replayed(batch, cfg)
-    return None if replay is None else replay.to(next(model.parameters()).device)
+    """The routing a training-side forward over ``batch`` replays, on the model's device (None: the
+    router decides)."""
+    if not cfg.routing_replay or batch.routing is None:
+        return None
+    return batch.routing.to(next(model.parameters()).device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,6 +226,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     ent_sum = torch.zeros(())
     loss_total = torch.zeros(())
     router_now = []  # MoE: the experts the current router picks, per micro-batch
+    objective = build_objective(cfg.objective, **cfg.objective_kwargs)  # checked once, not per micro-batch
     for i, j in micro_batches(batch.mask, batch.response_start, cfg):
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
@@ -239,9 +237,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
             old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
         if mb.routing is not None:
             router_now.append(_cpu_or_none(routing.current(length=mb.input_ids.shape[1])))
-        loss, _ = policy_loss(cfg.objective, logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
+        loss, _ = policy_loss(objective, logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
                               loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens.to(device),
-                              global_seqs=global_seqs, diagnostics=False, **cfg.objective_kwargs)
+                              global_seqs=global_seqs, diagnostics=False)
         loss.backward()
         loss_total += loss.detach().cpu()
         logp_all[i:j, :t] = logp.detach().cpu() * mb.mask
@@ -252,8 +250,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     optimizer.step()
     scheduler.step()
     with torch.no_grad():
-        _, diag = policy_loss(cfg.objective, logp_all, old_logp, batch.adv, batch.mask,
-                              loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
+        _, diag = policy_loss(objective, logp_all, old_logp, batch.adv, batch.mask,
+                              loss_agg_mode=cfg.loss_agg_mode or None)
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)
