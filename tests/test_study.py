@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from respo.study.aggregate import best_per_column, early_max, fmt_cell, late_mean, load_runs, mean_std, run_mean
+from respo.study.aggregate import (Run, best_per_column, early_max, fmt_cell, late_mean, load_runs, mean_std,
+                                   pooled_low_fraction, run_mean)
 from respo.study.plots import kernel_coefficients, logw_samples_from_quantiles
 from respo.study.report import build_report
 from respo.study.sweep import ABLATION_KERNELS, objective_label, plan, run_name
@@ -78,6 +79,27 @@ def _fake_run(root: Path, objective: str, reuse: int, lr: float, seed: int, scor
     if finished:
         (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": scores[-1], "prompts": 64, "k": 4}}))
     return d
+
+
+def test_pooled_low_fraction_counts_stale_histograms_by_hand():
+    h = "log_w_hist"
+    records = [
+        # on-policy update (staleness 0): its counts are not pooled
+        {"staleness_mean": 0.0, f"{h}/pos/[-inf,-8)": 50.0, f"{h}/pos/[0,0.25)": 50.0},
+        # stale: positives 1 in [-8,-4), 2 in [-2,-1), 1 in [-1,-0.5), 4 in [0,0.25); negatives 3 below -1 of 4
+        {"staleness_mean": 1.0, f"{h}/pos/[-8,-4)": 1.0, f"{h}/pos/[-2,-1)": 2.0, f"{h}/pos/[-1,-0.5)": 1.0,
+         f"{h}/pos/[0,0.25)": 4.0, f"{h}/neg/[-4,-2)": 3.0, f"{h}/neg/[2,+inf)": 1.0},
+        # stale: positives 2 in [-0.5,-0.25), none below -1; negatives: no counts logged (None)
+        {"staleness_mean": 2.0, f"{h}/pos/[-0.5,-0.25)": 2.0, f"{h}/neg/[-4,-2)": None},
+    ]
+    run = Run(Path("x"), {}, records, [], None)
+    assert pooled_low_fraction(run, "pos") == pytest.approx(3 / 10)  # (1 + 2) of 8 + 2 stale positives
+    assert pooled_low_fraction(run, "pos", below=-0.5) == pytest.approx(4 / 10)  # [-1,-0.5) too
+    assert pooled_low_fraction(run, "neg") == pytest.approx(3 / 4)
+    assert pooled_low_fraction(run, "pos", below=-8.0) == 0.0
+    assert math.isnan(pooled_low_fraction(Run(Path("y"), {}, records[:1], [], None), "pos"))  # no stale update
+    with pytest.raises(ValueError, match="not a histogram edge"):
+        pooled_low_fraction(run, "pos", below=-3.0)
 
 
 def test_load_runs_and_stale_only_means(tmp_path):

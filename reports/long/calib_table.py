@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 
-from respo.study.aggregate import late_mean, early_max, load_runs, nanmean, run_mean
+from respo.study.aggregate import early_max, late_mean, load_runs, nanmean, pooled_low_fraction, run_mean
 
 #: Updates at each end of a run whose scores are compared for on-policy stability.
 EDGE_UPDATES = 8
@@ -26,25 +26,8 @@ STALE_KEYS = ("frac_pos_low_w", "same_batch/respo_pos_low_w_mass_share", "same_b
               "log_w/p10", "kl_k3", "frac_starved")
 HEAD = ("objective", "N", "lr", "updates", "first 8", "last 8", "late mean", "early max", "pass@1",
         "pos logW<-1", "ReSPO share", "VESPO share", "logW p10", "kl_k3", "starved", "pooled pos<-1", "pooled neg<-1")
-#: Histogram bins below log W = -1 (the "low" rows), per sign.
-LOW_BINS = ("[-inf,-8)", "[-8,-4)", "[-4,-2)", "[-2,-1)")
-
-
 def _f(x: float, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def pooled_low_fraction(run, sign: str) -> float:
-    """Σ over stale updates of the counts in the bins below -1 / Σ of all counts, for one sign."""
-    low = total = 0.0
-    for rec in run.records:
-        if (rec.get("staleness_mean") or 0) <= 0:
-            continue
-        for k, v in rec.items():
-            if k.startswith(f"log_w_hist/{sign}/") and v is not None:
-                total += v
-                low += v if k.split("/", 2)[2] in LOW_BINS else 0.0
-    return low / total if total else math.nan
 
 
 def rows(sweep_dirs: list[str]) -> list[str]:

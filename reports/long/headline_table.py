@@ -4,7 +4,8 @@
 
 Per (lr, objective): mean ± sample std over seeds (n) of the late mean (last eighth of the
 per-update training scores) and of held-out pass@1 after the last update, and over the stale updates
-(staleness_mean > 0) the means of frac_pos_low_w, the same-batch ReSPO/VESPO positive mass shares of
+(staleness_mean > 0) the means of frac_pos_low_w, the fraction of stale negatives below log W = -1
+(pooled from the log W histograms), the same-batch ReSPO/VESPO positive mass shares of
 those positives, log W p10, k3 KL, and the share of updates where gradient clipping fired. Then each
 objective against the best baseline at that lr (GRPO or VESPO, by mean late mean): the difference of
 means, Welch's t, its degrees of freedom and two-sided p, a 95 % bootstrap interval over seeds, and
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 
-from respo.study.aggregate import late_mean, load_runs, mean_std, run_mean
+from respo.study.aggregate import late_mean, load_runs, mean_std, pooled_low_fraction, run_mean
 from respo.study.stats import compare
 
 BASELINES = ("grpo", "vespo")
@@ -46,13 +47,14 @@ def tables(paths: list[str]) -> list[str]:
     cells: dict[tuple, list] = {}
     for r in runs:
         cells.setdefault((r.coords["lr"], r.coords["reuse"], r.coords["objective"]), []).append(r)
-    out = ["| lr | N | objective | late mean | held-out pass@1 | pos log W<−1 | ReSPO share | VESPO share | "
-           "log W p10 | k3 KL | clip rate |", "|" + "---|" * 11]
+    out = ["| lr | N | objective | late mean | held-out pass@1 | pos log W<−1 | neg log W<−1 | ReSPO share | "
+           "VESPO share | log W p10 | k3 KL | clip rate |", "|" + "---|" * 12]
     for (lr, n, obj), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         stale = [[run_mean(r, k, stale_only=True) for r in rs] for k in STALE_KEYS]
         clip = [run_mean(r, "grad_clipped") for r in rs]
+        neg_low = [pooled_low_fraction(r, "neg") for r in rs]
         out.append(f"| {lr:g} | {n} | {obj} | {_ms([late_mean(r.scores) for r in rs])} | {_ms([_pass1(r) for r in rs])} | "
-                   f"{_f(sum(stale[0]) / len(rs))} | {_f(sum(stale[1]) / len(rs))} | {_f(sum(stale[2]) / len(rs))} | "
+                   f"{_f(sum(stale[0]) / len(rs))} | {_f(sum(neg_low) / len(rs))} | {_f(sum(stale[1]) / len(rs))} | {_f(sum(stale[2]) / len(rs))} | "
                    f"{_f(sum(stale[3]) / len(rs), 2)} | {_f(sum(stale[4]) / len(rs), 4)} | {_f(sum(clip) / len(rs), 2)} |")
     out += ["", "| lr | N | objective vs best baseline | metric | difference | Welch t (df) | p | 95 % bootstrap | verdict |",
             "|" + "---|" * 9]

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from respo.core.diagnostics import LOG_W_BIN_EDGES, LOG_W_BIN_NAMES
 from respo.core.objectives import hyperparameters
 from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
-           "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label"]
+           "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label",
+           "pooled_low_fraction"]
 
 STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
 
@@ -136,6 +138,25 @@ def run_mean(run: Run, key: str, *, stale_only: bool = False) -> float:
     with staleness > 0 (the first mini-batch of a rollout step has log W = 0 exactly)."""
     recs = [r for r in run.records if not stale_only or (r.get("staleness_mean") or 0) > 0]
     return nanmean(r.get(key) for r in recs)
+
+
+def pooled_low_fraction(run: Run, sign: str, below: float = -1.0) -> float:
+    """Fraction of all stale responses of one advantage sign (``"pos"`` / ``"neg"``) with log W <
+    ``below``, pooled over the run's stale updates from the fixed-bin ``log_w_hist/<sign>/<bin>``
+    counts: Σ counts of bins whose upper edge is <= ``below`` / Σ all counts (NaN when none).
+    ``below`` must be a bin edge (`respo.core.diagnostics.LOG_W_BIN_EDGES`)."""
+    if below not in LOG_W_BIN_EDGES:
+        raise ValueError(f"pooled_low_fraction: below={below} is not a histogram edge {LOG_W_BIN_EDGES}")
+    low_bins = {name for name, upper in zip(LOG_W_BIN_NAMES, LOG_W_BIN_EDGES) if upper <= below}
+    low = total = 0.0
+    for rec in run.records:
+        if (rec.get("staleness_mean") or 0) <= 0:
+            continue
+        for k, v in rec.items():
+            if k.startswith(f"log_w_hist/{sign}/") and v is not None:
+                total += v
+                low += v if k.split("/", 2)[2] in low_bins else 0.0
+    return low / total if total else math.nan
 
 
 def group_runs(runs: Iterable[Run], keys: Sequence[str]) -> dict[tuple, list[Run]]:
