@@ -150,3 +150,14 @@ def test_a_resumed_extension_replaces_the_end_and_records_each_resume_once(tmp_p
     evals = [json.loads(line)["update"] for line in open(out / "metrics.jsonl") if '"event"' in line]
     assert evals == [0, 2, 4]
     assert (out / "report.md").is_file()
+    # ...and the extension trains exactly as a run asked for 4 updates from the start: the constant
+    # learning rate after warm-up does not depend on `updates`, and evaluation has its own generator.
+    fresh = tmp_path / "fresh"
+    assert main(["train", *args, "--out-dir", str(fresh), "--updates", "4"]) == 0
+
+    def updates(run):
+        recs = [json.loads(line) for line in open(run / "metrics.jsonl")]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs if "event" not in r]
+    assert updates(out) == updates(fresh) and len(updates(fresh)) == 4
+    a, b = _weights(out), _weights(fresh)
+    assert all(torch.equal(a[k], b[k]) for k in a)
