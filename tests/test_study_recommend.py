@@ -106,3 +106,24 @@ def test_load_rows_reads_a_runs_csv_and_refuses_missing_columns(tmp_path):
     bad.write_text("run,objective\nx,grpo\n")
     with pytest.raises(RecommendError, match=r"bad.csv: missing column\(s\) .*late_mean"):
         load_rows(bad, length=32)
+
+
+def test_respo_recommend_prints_the_table_and_names_bad_input(tmp_path, capsys):
+    from respo.cli import main
+
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, ["objective", "reuse", "lr", "seed", "updates", "finished", "late_mean", "pass@1",
+                               "model", "group_size"])
+        w.writeheader()
+        for r in _cell():
+            w.writerow({**{k: r[k] for k in ("objective", "reuse", "lr", "seed", "updates", "late_mean", "pass@1")},
+                        "finished": "True", "model": "tiny-dense", "group_size": 8})
+    assert main(["recommend", f"128={path}"]) == 0
+    assert "| 128 | 32 | 8 | vespo (3e-05, edge) | 0.600 / 0.600 | grpo (3e-05) |" in capsys.readouterr().out
+    assert main(["recommend", str(path)]) == 2
+    assert "expected LENGTH=RUNS_CSV" in capsys.readouterr().err
+    assert main(["recommend", f"128={tmp_path / 'none.csv'}"]) == 2
+    assert "cannot read" in capsys.readouterr().err and not (tmp_path / "none.csv").exists()
+    assert main(["recommend", f"128={path}", "--model", "tiny-moe"]) == 2
+    assert "no finished tiny-moe runs" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """Which objective to use, per (response length, N) cell, from the sweeps' ``runs.csv`` files.
 
-    python -m respo.study.recommend 32=reports/staleness/runs.csv 128=reports/long/h128/runs.csv
+    respo recommend 32=reports/staleness/runs.csv 128=reports/long/main-128/runs.csv
 
 A cell is one response length, one N and one budget (policy updates per run); runs of different
 budgets are never pooled. In a cell each objective is taken at its own best learning rate (highest
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -28,7 +27,7 @@ from typing import Sequence
 from respo.errors import RespoError
 from respo.study.stats import Comparison, compare
 
-__all__ = ["RecommendError", "Entry", "Cell", "load_rows", "recommend", "markdown", "main"]
+__all__ = ["RecommendError", "Entry", "Cell", "load_rows", "recommend", "markdown", "add_arguments", "run"]
 
 METRICS = (("late mean", "late_mean"), ("pass@1", "pass@1"))
 _NEEDED = ("objective", "reuse", "lr", "seed", "updates", "finished", "late_mean", "pass@1")
@@ -169,26 +168,23 @@ def markdown(cells: Sequence[Cell]) -> str:
     return "\n".join(out)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m respo.study.recommend", description=__doc__.split("\n\n")[0])
-    p.add_argument("inputs", nargs="+", metavar="LENGTH=RUNS_CSV", help="response length and a runs.csv")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="LENGTH=RUNS_CSV",
+                   help="response length (tokens) and a runs.csv written by respo report, e.g. 128=runs.csv")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
-    p.add_argument("--min-seeds", type=int, default=3, help="seeds an objective needs at a learning rate")
-    args = p.parse_args(argv)
+    p.add_argument("--min-seeds", type=int, default=3, help="seeds an objective needs at a learning rate (default 3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the recommendation table of ``args.inputs``; bad input raises `RecommendError`."""
     rows = []
-    try:
-        for spec in args.inputs:
-            length, sep, path = spec.partition("=")
-            if not sep or not length.isdigit():
-                raise RecommendError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
-            rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size)
-    except RecommendError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    for spec in args.inputs:
+        length, sep, path = spec.partition("=")
+        if not sep or not length.isdigit():
+            raise RecommendError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
+        rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size)
+    if not rows:
+        raise RecommendError(f"no finished {args.model} runs with G = {args.group_size} in {', '.join(args.inputs)}")
     print(markdown(recommend(rows, min_seeds=args.min_seeds)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
