@@ -9,7 +9,8 @@ per-update training scores) and of held-out pass@1 after the last update, and ov
 those positives, log W p10, k3 KL, and the share of updates where gradient clipping fired. Then each
 objective against the best baseline at that lr (GRPO or VESPO, by mean late mean): the difference of
 means, Welch's t, its degrees of freedom and two-sided p, a 95 % bootstrap interval over seeds, and
-the verdict (`respo.study.stats.compare`: "within noise" when p > 0.05).
+the verdict (`respo.study.stats.compare`: "within noise" when p > 0.05). Last, the mean training
+score of each rollout step (N updates), averaged over seeds, for the stale cells (N > 1).
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ def tables(paths: list[str]) -> list[str]:
                 c = compare([value(r) for r in rs], [value(r) for r in cells[(lr, n, best)]])
                 out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {c.diff:+.3f} | {_f(c.t, 2)} ({_f(c.df, 1)}) | "
                            f"{_p(c.p)} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.verdict} |")
+    out += ["", "Training score per rollout step (mean over seeds of the mean per-update score in the step; step 1 "
+            "trains on the warm start's rollouts):", ""]
+    n_steps = max((len(r.scores) // r.coords["reuse"] for rs in cells.values() for r in rs), default=0)
+    out += ["| lr | N | objective | " + " | ".join(f"step {i + 1}" for i in range(n_steps)) + " |",
+            "|" + "---|" * (3 + n_steps)]
+    for (lr, n, obj), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        if n == 1:
+            continue
+        steps = [[sum(r.scores[i * n:(i + 1) * n]) / n for r in rs if len(r.scores) >= (i + 1) * n] for i in range(n_steps)]
+        out.append(f"| {lr:g} | {n} | {obj} | " + " | ".join(_f(sum(v) / len(v)) if v else "—" for v in steps) + " |")
     return out
 
 
