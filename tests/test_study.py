@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from respo.study.aggregate import (Run, best_per_column, early_max, fmt_cell, late_mean, load_runs, mean_std,
-                                   pooled_low_fraction, run_mean)
+                                   pass_at_1, pooled_low_fraction, run_mean)
 from respo.study.plots import kernel_coefficients, logw_samples_from_quantiles
 from respo.study.report import build_report
 from respo.study.sweep import ABLATION_KERNELS, objective_label, plan, run_name
@@ -100,6 +100,12 @@ def test_pooled_low_fraction_counts_stale_histograms_by_hand():
     assert math.isnan(pooled_low_fraction(Run(Path("y"), {}, records[:1], [], None), "pos"))  # no stale update
     with pytest.raises(ValueError, match="not a histogram edge"):
         pooled_low_fraction(run, "pos", below=-3.0)
+
+
+def test_pass_at_1_reads_the_final_evaluation():
+    assert pass_at_1(Run(Path("a"), {}, [], [], {"eval_after": {"pass@1": 0.25}})) == 0.25
+    assert pass_at_1(Run(Path("b"), {}, [], [], {"eval_after": {"mean@1": 0.5}})) == 0.5  # older summaries
+    assert math.isnan(pass_at_1(Run(Path("c"), {}, [], [], None)))  # unfinished: no summary
 
 
 def test_load_runs_and_stale_only_means(tmp_path):

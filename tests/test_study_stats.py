@@ -74,3 +74,10 @@ def test_compare_verdicts():
     c = compare([1, 2, 3, 4], [2, 4], n_resamples=10)  # p = 0.717
     assert c.verdict == WITHIN_NOISE and c.p == pytest.approx(0.717192, abs=1e-6)
     assert compare([0.5], [0.4, 0.3], n_resamples=10).verdict == WITHIN_NOISE  # one seed: undefined p
+
+
+def test_format_p_for_tables():
+    from respo.study.stats import format_p
+
+    assert format_p(0.0005) == "<0.001" and format_p(0.001) == "0.001" and format_p(0.0123) == "0.012"
+    assert format_p(float("nan")) == "—"

@@ -26,6 +26,8 @@ STALE_KEYS = ("frac_pos_low_w", "same_batch/respo_pos_low_w_mass_share", "same_b
               "log_w/p10", "kl_k3", "frac_starved")
 HEAD = ("objective", "N", "lr", "seed", "updates", "first 8", "last 8", "late mean", "early max", "pass@1",
         "pos logW<-1", "ReSPO share", "VESPO share", "logW p10", "kl_k3", "starved", "pooled pos<-1", "pooled neg<-1")
+
+
 def _f(x: float, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 

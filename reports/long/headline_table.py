@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import sys
 
-from respo.study.aggregate import late_mean, load_runs, mean_std, pooled_low_fraction, run_mean
-from respo.study.stats import compare
+from respo.study.aggregate import late_mean, load_runs, mean_std, pass_at_1, pooled_low_fraction, run_mean
+from respo.study.stats import compare, format_p
 
 BASELINES = ("grpo", "vespo")
 STALE_KEYS = ("frac_pos_low_w", "same_batch/respo_pos_low_w_mass_share", "same_batch/vespo_pos_low_w_mass_share",
@@ -35,14 +35,6 @@ def _ms(xs: list[float], digits: int = 3) -> str:
     return f"{_f(m, digits)} ± {_f(s, digits)} ({n})"
 
 
-def _p(p: float) -> str:
-    return "<0.001" if p < 0.001 else _f(p, 3)
-
-
-def _pass1(run) -> float:
-    return ((run.summary or {}).get("eval_after") or {}).get("pass@1", math.nan)
-
-
 def tables(paths: list[str]) -> list[str]:
     runs = [r for r in load_runs(paths) if r.finished]
     cells: dict[tuple, list] = {}
@@ -54,7 +46,7 @@ def tables(paths: list[str]) -> list[str]:
         stale = [[run_mean(r, k, stale_only=True) for r in rs] for k in STALE_KEYS]
         clip = [run_mean(r, "grad_clipped") for r in rs]
         neg_low = [pooled_low_fraction(r, "neg") for r in rs]
-        out.append(f"| {lr:g} | {n} | {obj} | {_ms([late_mean(r.scores) for r in rs])} | {_ms([_pass1(r) for r in rs])} | "
+        out.append(f"| {lr:g} | {n} | {obj} | {_ms([late_mean(r.scores) for r in rs])} | {_ms([pass_at_1(r) for r in rs])} | "
                    f"{_f(sum(stale[0]) / len(rs))} | {_f(sum(neg_low) / len(rs))} | {_f(sum(stale[1]) / len(rs))} | {_f(sum(stale[2]) / len(rs))} | "
                    f"{_f(sum(stale[3]) / len(rs), 2)} | {_f(sum(stale[4]) / len(rs), 4)} | {_f(sum(clip) / len(rs), 2)} |")
     out += ["", "| lr | N | objective vs best baseline | metric | difference | Welch t (df) | p | 95 % bootstrap | verdict |",
@@ -67,10 +59,10 @@ def tables(paths: list[str]) -> list[str]:
         for (lr2, n2, obj), rs in sorted(cells.items()):
             if (lr2, n2) != (lr, n) or obj == best:
                 continue
-            for metric, value in (("late mean", lambda r: late_mean(r.scores)), ("pass@1", _pass1)):
+            for metric, value in (("late mean", lambda r: late_mean(r.scores)), ("pass@1", pass_at_1)):
                 c = compare([value(r) for r in rs], [value(r) for r in cells[(lr, n, best)]])
                 out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {c.diff:+.3f} | {_f(c.t, 2)} ({_f(c.df, 1)}) | "
-                           f"{_p(c.p)} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.verdict} |")
+                           f"{format_p(c.p)} | [{c.ci_low:+.3f}, {c.ci_high:+.3f}] | {c.verdict} |")
     out += ["", "Training score per rollout step (mean over seeds of the mean per-update score in the step; step 1 "
             "trains on the warm start's rollouts):", ""]
     n_steps = max((len(r.scores) // r.coords["reuse"] for rs in cells.values() for r in rs), default=0)

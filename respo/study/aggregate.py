@@ -23,7 +23,7 @@ from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
            "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label",
-           "pooled_low_fraction"]
+           "pooled_low_fraction", "pass_at_1"]
 
 STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
 
@@ -138,6 +138,13 @@ def run_mean(run: Run, key: str, *, stale_only: bool = False) -> float:
     with staleness > 0 (the first mini-batch of a rollout step has log W = 0 exactly)."""
     recs = [r for r in run.records if not stale_only or (r.get("staleness_mean") or 0) > 0]
     return nanmean(r.get(key) for r in recs)
+
+
+def pass_at_1(run: Run) -> float:
+    """Held-out pass@1 after the last update (``mean@1`` in older summaries); NaN when not evaluated."""
+    ev = (run.summary or {}).get("eval_after") or {}
+    v = ev.get("pass@1", ev.get("mean@1"))
+    return math.nan if v is None else float(v)
 
 
 def pooled_low_fraction(run: Run, sign: str, below: float = -1.0) -> float:

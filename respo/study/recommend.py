@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from respo.errors import RespoError
-from respo.study.stats import Comparison, compare
+from respo.study.aggregate import nanmean
+from respo.study.stats import Comparison, compare, format_p
 
 __all__ = ["RecommendError", "Entry", "Cell", "load_rows", "recommend", "markdown", "add_arguments", "run"]
 
-METRICS = (("late mean", "late_mean"), ("pass@1", "pass@1"))
 _NEEDED = ("objective", "reuse", "lr", "seed", "updates", "finished", "late_mean", "pass@1")
 
 
@@ -50,7 +49,7 @@ class Entry:
 
     @property
     def late_mean(self) -> float:
-        return sum(self.late) / len(self.late)
+        return nanmean(self.late)
 
     @property
     def worse(self) -> bool:
@@ -121,7 +120,7 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3) -> list[Cell]:
             if not ok:
                 unranked += [f"{obj} (lr {lr:g}, {len(rs)} seed{'s' * (len(rs) != 1)})" for lr, rs in sorted(by_lr.items())]
                 continue
-            lr = max(ok, key=lambda k: (_mean([r["late_mean"] for r in ok[k]]), -k))
+            lr = max(ok, key=lambda k: (nanmean(r["late_mean"] for r in ok[k]), -k))
             rs = ok[lr]
             entries.append(Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs],
                                  edge=len(ok) == 1 or lr in (min(ok), max(ok))))
@@ -135,16 +134,8 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3) -> list[Cell]:
     return cells
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs)
-
-
 def _label(e: Entry) -> str:
     return f"{e.objective} ({e.lr:g}{', edge' if e.edge else ''})"
-
-
-def _p(p: float) -> str:
-    return "nan" if math.isnan(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
 
 
 def markdown(cells: Sequence[Cell]) -> str:
@@ -160,10 +151,10 @@ def markdown(cells: Sequence[Cell]) -> str:
         for e in c.entries[1:]:
             if e.worse:
                 p = min(cmp.p for cmp in e.vs_best.values() if cmp.verdict == "a < b")
-                losses.append(f"{_label(e)}: late mean {e.vs_best['late mean'].diff:+.3f}, p = {_p(p)}")
+                losses.append(f"{_label(e)}: late mean {e.vs_best['late mean'].diff:+.3f}, p = {format_p(p)}")
         extra = f" (too few seeds: {', '.join(c.unranked)})" if c.unranked else ""
         steps = c.updates / c.reuse
-        out.append(f"| {c.length} | {c.reuse} | {steps:g} | {_label(b)} | {_mean(b.late):.3f} / {_mean(b.pass1):.3f} | "
+        out.append(f"| {c.length} | {c.reuse} | {steps:g} | {_label(b)} | {b.late_mean:.3f} / {nanmean(b.pass1):.3f} | "
                    f"{ties} | {'; '.join(losses) or '—'}{extra} |")
     return "\n".join(out)
 

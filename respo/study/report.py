@@ -26,7 +26,7 @@ from typing import Iterable
 
 from respo.errors import RespoError
 from respo.study.aggregate import (STARVATION_KEYS, Run, best_per_column, early_max, fmt_cell, group_runs,
-                                   late_mean, load_runs, mean_std, nanmean, run_mean)
+                                   late_mean, load_runs, mean_std, nanmean, pass_at_1, run_mean)
 
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "OVERLAY_MAX_RUNS"]
 
@@ -47,12 +47,6 @@ def _order(labels: Iterable[str], preferred: Iterable[str]) -> list[str]:
     labels = set(labels)
     pref = [x for x in preferred if x in labels]
     return pref + sorted(labels - set(pref))
-
-
-def _pass1(run: Run) -> float:
-    ev = (run.summary or {}).get("eval_after") or {}
-    v = ev.get("pass@1", ev.get("mean@1"))
-    return math.nan if v is None else float(v)
 
 
 def _table(rows: list[str], cols: list, cell_values: dict[tuple, list[float]], *, col_name=lambda c: str(c),
@@ -143,7 +137,7 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
     ev_n = sorted({((r.summary or {}).get("eval_after") or {}).get("prompts") for r in at_lr} - {None})
     ev_k = sorted({((r.summary or {}).get("eval_after") or {}).get("k") for r in at_lr} - {None})
     lines += [f"Held-out prompts: {ev_n}, samples per prompt k = {ev_k}; pass@1 = mean correctness of the k samples.", ""]
-    lines += _table(objs, Ns, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
+    lines += _table(objs, Ns, {k: [pass_at_1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
     for b in _baselines(sweep_dirs, model):
         ev = b["eval"]
         lines += ["| before RL (the starting policy, same protocol) | " + " | ".join(
@@ -266,7 +260,7 @@ def _runs_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
         c = r.coords
         lines += [f"| `{r.path.name}` | {c['objective']} | {c['reuse']} | {c['lr']} | {c['seed']} | "
                   f"{len(r.records)}{'' if r.finished else ' (unfinished)'} | {_fmt(late_mean(r.scores))} | "
-                  f"{_fmt(early_max(r.scores))} | {_fmt(_pass1(r))} |"]
+                  f"{_fmt(early_max(r.scores))} | {_fmt(pass_at_1(r))} |"]
     p = plots.plot_runs_overlay(runs, out_dir / "runs_compared.png", title="training score per run")
     lines += ["", f"![runs compared]({p.name})", ""]
 
@@ -292,7 +286,7 @@ def _budget_section(runs: list[Run], lines: list[str]) -> None:
         lines += _table(objs, cols, {k: [late_mean(r.scores) for r in v] for k, v in g.items()},
                         col_name=lambda u: f"{u} updates")
         lines += ["", "Held-out sampled pass@1 after training:", ""]
-        lines += _table(objs, cols, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda u: f"{u} updates")
+        lines += _table(objs, cols, {k: [pass_at_1(r) for r in v] for k, v in g.items()}, col_name=lambda u: f"{u} updates")
         lines += [""]
 
 
@@ -338,7 +332,7 @@ def _ablation_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
         lines += [f"### {model}, G = {G}, lr {lr:g}: late mean", ""]
         lines += _table(objs, Ns, {k: [late_mean(r.scores) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
         lines += ["", "Held-out sampled pass@1 after training:", ""]
-        lines += _table(objs, Ns, {k: [_pass1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
+        lines += _table(objs, Ns, {k: [pass_at_1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
         lines += ["", "Mean coefficient of negatives (φ− mean) and k3 KL per token over stale updates:", "",
                   "| objective | N | φ− mean | φ+ mean | kl_k3 | frac_pos_low_w | log W p10 |", "|---|---|---|---|---|---|---|"]
         for o in objs:
@@ -372,7 +366,7 @@ def _replay_section(runs: list[Run], lines: list[str]) -> None:
         lines += [f"### {model}, {obj}, G = {G}, lr {lr:g}: late mean", ""]
         lines += _table([rows[False], rows[True]], Ns, vals, col_name=lambda n: f"N = {n}", row_head="routing")
         lines += ["", "Held-out sampled pass@1 after training:", ""]
-        lines += _table([rows[False], rows[True]], Ns, {(rows[k[0]], k[1]): [_pass1(r) for r in v] for k, v in g.items()},
+        lines += _table([rows[False], rows[True]], Ns, {(rows[k[0]], k[1]): [pass_at_1(r) for r in v] for k, v in g.items()},
                         col_name=lambda n: f"N = {n}", row_head="routing")
         lines += ["", "| routing | N | router_shift | kl_k3 | frac_pos_low_w |", "|---|---|---|---|---|"]
         for (rr, n), v in sorted(g.items()):
@@ -480,7 +474,7 @@ def _write_runs_csv(runs: list[Run], path: Path) -> None:
             c = r.coords
             row = [r.path.name, c["model"], c["objective"], c["reuse"], c["group_size"], c["lr"], c["seed"],
                    c["routing_replay"], c["updates"], r.finished, len(r.records), late_mean(r.scores),
-                   early_max(r.scores), _pass1(r)] + [run_mean(r, k, stale_only=True) for k in CSV_METRICS] + \
+                   early_max(r.scores), pass_at_1(r)] + [run_mean(r, k, stale_only=True) for k in CSV_METRICS] + \
                 [c["task"], c["task_kwargs"], run_mean(r, "response_length"), c["kernels"], c["loss_agg_mode"],
                  c["prompts"]] + [run_mean(r, k, stale_only=True) for k in CSV_SAME_BATCH.values()] + \
                 [run_mean(r, "grad_clipped")]

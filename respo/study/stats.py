@@ -157,6 +157,11 @@ class Comparison(Welch):
     verdict: str
 
 
+def format_p(p: float) -> str:
+    """A p value for a table: three decimals, ``<0.001`` below that, ``—`` when undefined."""
+    return "—" if math.isnan(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
+
+
 def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA, n_resamples: int = N_RESAMPLES,
             seed: int = 0) -> Comparison:
     """mean(a) − mean(b) over seeds with Welch's t-test and a percentile bootstrap interval.
