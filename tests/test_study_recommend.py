@@ -1,8 +1,9 @@
 """respo.study.recommend: which objective to use per (response length, N) cell, from runs.csv rows.
 
 The numbers are chosen so the Welch tests can be done by hand (comments), and the rules are checked
-one at a time: an objective's best learning rate, the edge flag, "worse" only when p <= 0.05 on
-either metric, cells kept apart by length, N and budget, and bad input refused by name.
+one at a time: an objective's best learning rate, the edge flag, "worse" only when the adjusted p <= 0.05
+on either metric, "equivalent" only by TOST, cells kept apart by length, N and budget, and bad input
+refused by name.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def _cell(**kw):
     # t = -.4 / .08165 = -4.899, df = se^4 / ((.01/3)^2/2 + (.01/3)^2/2) = 4, two-sided p = 0.0081.
     rows += _rows("respo", 3e-5, [0.1, 0.2, 0.3], [0.1, 0.2, 0.3], **kw)
     # grpo: late mean .55 (variance .0025): diff -.05, se^2 = .0025/3 + .01/3 = .0041667,
-    # t = -.05 / .06455 = -0.775, p ~ 0.48: within noise. Its pass@1 equals vespo's.
+    # t = -.05 / .06455 = -0.775, df = se^4 / ((.0025/3)^2/2 + (.01/3)^2/2) = 2.941, p = .496: no difference
+    # detected. Its pass@1 equals vespo's (p = 1).
     rows += _rows("grpo", 3e-5, [0.5, 0.55, 0.6], [0.5, 0.6, 0.7], **kw)
     # grpo is lower at 1e-5 (.45) and at 1e-4 (.35): its best, 3e-5, lies inside its grid.
     rows += _rows("grpo", 1e-5, [0.4, 0.45, 0.5], [0.4, 0.45, 0.5], **kw)
@@ -51,8 +53,14 @@ def test_best_objective_best_lr_and_the_welch_verdicts_by_hand():
     assert respo.df == pytest.approx(4.0) and respo.p == pytest.approx(0.0081, abs=2e-4)
     assert by["respo"].worse
     grpo = by["grpo"].vs_best["late mean"]
-    assert grpo.t == pytest.approx(-0.775, abs=1e-3) and grpo.verdict == "within noise"
+    assert grpo.t == pytest.approx(-0.775, abs=1e-3) and grpo.p == pytest.approx(0.496, abs=1e-3)
+    assert grpo.verdict.startswith("no difference detected (95 % CI ")
     assert not by["grpo"].worse
+    # Benjamini–Hochberg over the table's 4 tests, p = [.0081 (respo late), .0081 (respo pass@1), .496, 1]:
+    # 1·4/4 = 1; .496·4/3 = .661; .0081·4/2 = .0162 (both respo tests) -> respo is still worse, adjusted
+    assert respo.p_adj == pytest.approx(2 * respo.p) and by["respo"].vs_best["pass@1"].p_adj == respo.p_adj
+    assert grpo.p_adj == pytest.approx(grpo.p * 4 / 3) and by["grpo"].vs_best["pass@1"].p_adj == 1.0
+    assert respo.verdict == "worse"
     assert [e.objective for e in cell.use] == ["vespo", "grpo"]  # the best, then those within noise of it
 
 
@@ -63,8 +71,8 @@ def test_worse_on_held_out_pass_alone_is_worse():
             r["pass@1"] -= 0.4
     (cell,) = recommend(rows)
     by = {e.objective: e for e in cell.entries}
-    assert by["grpo"].vs_best["late mean"].verdict == "within noise"
-    assert by["grpo"].vs_best["pass@1"].verdict == "a < b" and by["grpo"].worse
+    assert by["grpo"].vs_best["late mean"].verdict.startswith("no difference detected")
+    assert by["grpo"].vs_best["pass@1"].verdict == "worse" and by["grpo"].worse
     assert [e.objective for e in cell.use] == ["vespo"]
 
 
@@ -80,13 +88,22 @@ def test_too_few_seeds_are_listed_not_ranked():
     rows = _cell() + _rows("gspo", 3e-5, [0.9, 0.9], [0.9, 0.9])  # 2 seeds: not enough for a verdict
     (cell,) = recommend(rows, min_seeds=3)
     assert cell.best.objective == "vespo"
-    assert cell.unranked == ["gspo (lr 3e-05, 2 seeds)"]
+    assert cell.unranked == ["gspo (lr 3e-05: 2 seeds)"]
 
 
-def test_markdown_names_the_best_the_ties_and_the_losses(tmp_path):
+def test_markdown_names_the_best_the_losses_and_which_p_it_shows(tmp_path):
     text = markdown(recommend(_cell()))
-    assert "| 128 | 32 | 8 | vespo (3e-05, edge) |" in text
-    assert "grpo (3e-05)" in text and "respo (3e-05, edge): late mean -0.400, p = 0.008" in text
+    # one row per objective: late mean, its difference from the best, raw p, adjusted p, verdict; then pass@1
+    assert "| 128 | 32 | 8 | vespo (3e-05, edge) **best** | 3 | 0.600 | — | — | — | best | 0.600 |" in text
+    assert "| 128 | 32 | 8 | respo (3e-05, edge) | 3 | 0.200 | -0.400 | 0.008 | 0.016 | worse | 0.200 | -0.400 | " \
+           "0.008 | 0.016 | worse |" in text
+    assert "| grpo (3e-05) | 3 | 0.550 | -0.050 | 0.496 | 0.661 | no difference detected (95 % CI " in text
+    # the summary: the best, those not shown worse, the worse ones with their adjusted p's
+    assert "| 128 | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 | grpo (3e-05) | respo (3e-05, edge) (0.016 / 0.016) " \
+           "| — |" in text
+    assert "Benjamini–Hochberg" in text and "each cell (4–4 with a p" in text and "δ = ±0.03" in text
+    assert "Winner's curse" in text
+    assert "late mean -0.400, p = 0.008" not in text  # no single p under a two-metric header any more
 
 
 def test_load_rows_reads_a_runs_csv_and_refuses_missing_columns(tmp_path):
@@ -101,7 +118,8 @@ def test_load_rows_reads_a_runs_csv_and_refuses_missing_columns(tmp_path):
         w.writerow(["c", "tiny-dense", "grpo", "32", "8", "3e-05", "1", "False", "256", "False", "", ""])
     rows = load_rows(path, length=128, model="tiny-dense", group_size=8)
     assert rows == [{"objective": "grpo", "lr": 3e-5, "seed": 0, "late_mean": 0.5, "pass@1": 0.625, "reuse": 32,
-                     "length": 128, "updates": 256}]  # the MoE row and the unfinished row are not read
+                     "length": 128, "updates": 256, "run": "a", "where": f"{path} line 2"}]
+    # the MoE row and the unfinished row are not read
     bad = tmp_path / "bad.csv"
     bad.write_text("run,objective\nx,grpo\n")
     with pytest.raises(RecommendError, match=r"bad.csv: missing column\(s\) .*late_mean"):
@@ -120,10 +138,186 @@ def test_respo_recommend_prints_the_table_and_names_bad_input(tmp_path, capsys):
             w.writerow({**{k: r[k] for k in ("objective", "reuse", "lr", "seed", "updates", "late_mean", "pass@1")},
                         "finished": "True", "model": "tiny-dense", "group_size": 8})
     assert main(["recommend", f"128={path}"]) == 0
-    assert "| 128 | 32 | 8 | vespo (3e-05, edge) | 0.600 / 0.600 | grpo (3e-05) |" in capsys.readouterr().out
+    assert "| 128 | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 | grpo (3e-05) |" in capsys.readouterr().out
     assert main(["recommend", str(path)]) == 2
     assert "expected LENGTH=RUNS_CSV" in capsys.readouterr().err
     assert main(["recommend", f"128={tmp_path / 'none.csv'}"]) == 2
     assert "cannot read" in capsys.readouterr().err and not (tmp_path / "none.csv").exists()
     assert main(["recommend", f"128={path}", "--model", "tiny-moe"]) == 2
     assert "no finished tiny-moe runs" in capsys.readouterr().err
+
+
+# --- false records: each of these printed a wrong table or a traceback before ----------------------------------------
+
+COLS = ["run", "model", "objective", "reuse", "group_size", "lr", "seed", "routing_replay", "updates", "finished",
+        "late_mean", "pass@1"]
+
+
+def _write_runs(path, rows, *, name=lambda r: f"{r['objective']}_N{r['reuse']}_lr{r['lr']:g}_s{r['seed']}"):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, COLS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({"run": name(r), "model": "tiny-dense", "objective": r["objective"], "reuse": r["reuse"],
+                        "group_size": 8, "lr": r["lr"], "seed": r["seed"], "routing_replay": "False",
+                        "updates": r["updates"], "finished": "True", "late_mean": r["late_mean"],
+                        "pass@1": r["pass@1"]})
+    return path
+
+
+def _main(argv, capsys):
+    from respo.cli import main
+
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_same_runs_csv_twice_is_refused_in_one_line(tmp_path, capsys):
+    # every seed would count twice: grpo's p = .48 (within noise) would shrink as if there were 6 seeds
+    path = _write_runs(tmp_path / "runs.csv", _cell())
+    code, out, err = _main(["recommend", f"128={path}", f"128={path}"], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "duplicate" in err and "line 2" in err and str(path) in err
+
+
+def test_a_renamed_copy_of_the_same_seeds_is_refused_too(tmp_path, capsys):
+    # the same objective, learning rate and seed in one cell twice, under other run names
+    a = _write_runs(tmp_path / "a.csv", _cell())
+    b = _write_runs(tmp_path / "b.csv", _cell(), name=lambda r: f"copy_{r['objective']}_{r['lr']:g}_{r['seed']}")
+    code, out, err = _main(["recommend", f"128={a}", f"128={b}"], capsys)
+    assert code == 2 and "duplicate" in err and "seed 0" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_same_runs_continued_to_a_longer_budget_are_not_duplicates(tmp_path, capsys):
+    # a 64-update sweep and the same runs continued to 256 updates (another budget): two cells, not a duplicate
+    short = _write_runs(tmp_path / "short.csv", _cell(updates=64))
+    long = _write_runs(tmp_path / "long.csv", _cell(updates=256))
+    code, out, err = _main(["recommend", f"128={short}", f"128={long}"], capsys)
+    assert code == 0 and err == ""
+    assert "| 128 | 32 | 2 |" in out and "| 128 | 32 | 8 |" in out
+
+
+def test_one_seed_per_cell_says_why_there_is_no_verdict(tmp_path, capsys):
+    rows = [r for r in _cell() if r["seed"] == 0]
+    path = _write_runs(tmp_path / "runs.csv", rows)
+    code, out, err = _main(["recommend", f"128={path}"], capsys)
+    assert code == 0
+    assert "no objective has 3 seeds at one learning rate" in out and "1 seed" in out
+    assert "the table is empty" in out
+    assert "| 128 | 32 |" not in out  # no row at all: no best, no verdict
+
+
+def test_min_seeds_1_never_gives_a_verdict_without_a_test(tmp_path, capsys):
+    rows = [r for r in _cell() if r["seed"] == 0]
+    path = _write_runs(tmp_path / "runs.csv", rows)
+    code, out, err = _main(["recommend", f"128={path}", "--min-seeds", "1"], capsys)
+    assert code == 0 and "no test (n = 1)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| 128 |")]
+    assert len(rows) == 4  # grpo (the best on seed 0), vespo and respo, and the cell's summary
+    assert all("no difference detected (" not in r and "| worse" not in r and "equivalent" not in r for r in rows)
+    assert "| 128 | 32 | 8 | grpo (3e-05): 0.500 / 0.500 | — | — | vespo (3e-05, edge), respo (3e-05, edge) |" in out
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "empty file"),
+    (b"\xff\xfe\x00r\x00u\x00n", "not UTF-8"),
+    (None, "late_mean 'n/a' is not a number"),
+])
+def test_bad_files_give_one_line_naming_file_row_and_problem(tmp_path, capsys, content, problem):
+    path = tmp_path / "runs.csv"
+    if content is None:
+        _write_runs(path, _cell())
+        lines = path.read_text().splitlines()
+        lines[3] = lines[3].replace(",0.7,", ",n/a,")  # vespo seed 2's late mean (line 4 of the file)
+        assert "n/a" in lines[3]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        path.write_bytes(content)
+    code, out, err = _main(["recommend", f"128={path}"], capsys)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and str(path) in err and problem in err
+    if content is None:
+        assert "line 4" in err
+
+
+def test_min_seeds_below_one_is_refused(tmp_path, capsys):
+    path = _write_runs(tmp_path / "runs.csv", _cell())
+    code, out, err = _main(["recommend", f"128={path}", "--min-seeds", "0"], capsys)
+    assert code == 2 and "--min-seeds" in err
+
+
+def test_holm_and_per_cell_families(tmp_path):
+    # Holm over the same 4 tests, p = [.0081, .0081, .496, 1]: 4·.0081 = .0324, max(.0324, 3·.0081) = .0324,
+    # max(.0324, 2·.496) = .992, 1 -> respo still worse (.0324 <= .05)
+    (cell,) = recommend(_cell(), method="holm")
+    by = {e.objective: e for e in cell.entries}
+    respo, grpo = by["respo"].vs_best["late mean"], by["grpo"].vs_best["late mean"]
+    assert respo.p_adj == pytest.approx(4 * respo.p) and grpo.p_adj == pytest.approx(2 * grpo.p)
+    assert by["respo"].worse
+    # two identical cells, one family (8 tests) or two (4 each): BH is invariant to duplicating the family
+    # here (every p·m/rank is the same), Holm is not: 8·.0081 = .0648 > .05 over the table, .0324 per cell
+    rows = _cell() + _cell(length=32)
+    table = recommend(rows, method="holm", family="table")
+    assert all(not c.entries[2].worse for c in table) and "no difference detected after adjustment" in \
+        table[0].entries[2].vs_best["late mean"].verdict
+    assert "all the two-sided tests of this table (8 with a p" in markdown(table, method="holm", family="table")
+    per_cell = recommend(rows, method="holm")  # the default family: each cell
+    assert all(c.entries[2].objective == "respo" and c.entries[2].worse for c in per_cell)
+
+
+def test_equivalent_only_by_tost_by_hand():
+    # best vespo late = pass@1 = [.600, .610, .620] (mean .61, s² = .0001), grpo [.595, .605, .615] (mean .605):
+    # diff −.005, se = √(2·.0001/3) = .008165, df = 4. δ = .03: t_l = .025/.008165 = 3.0619 (t² = 9.375),
+    # F_4 = .5 + .75·√(9.375/13.375)·(1 − 9.375/40.125) = .5 + .75·.837219·.766355 = .981205, p_l = .018795;
+    # t_u = −.035/.008165 = −4.2866 (t² = 18.375): F_4 = .5 + .75·.906217·.726257 = .993610, p_u = .006390.
+    # TOST p = .018795 for both metrics; BH over the two: .018795 -> equivalent within ±0.03.
+    # The two-sided p is .573 (t = −.6124): no difference either. At δ = .01 the TOST fails (t_u = −1.837).
+    rows = _rows("vespo", 3e-5, [0.600, 0.610, 0.620], [0.600, 0.610, 0.620])
+    rows += _rows("grpo", 3e-5, [0.595, 0.605, 0.615], [0.595, 0.605, 0.615])
+    (cell,) = recommend(rows, margin=0.03)
+    t = cell.entries[1].vs_best["late mean"]
+    assert t.tost.p_lower == pytest.approx(0.018795, abs=1e-6) and t.tost.p_upper == pytest.approx(0.006390, abs=1e-6)
+    assert t.p_tost_adj == pytest.approx(0.018795, abs=1e-6) and t.verdict == "equivalent within ±0.03"
+    # 95 % CI: −.005 ± 2.776445·.008165 = (−.027669, +.017669)
+    (narrow,) = recommend(rows, margin=0.01)
+    assert narrow.entries[1].vs_best["late mean"].verdict.startswith("no difference detected (95 % CI -0.028, +0.018")
+    (off,) = recommend(rows, margin=None)
+    assert off.entries[1].vs_best["pass@1"].tost is None and off.entries[1].vs_best["pass@1"].verdict.startswith(
+        "no difference detected")
+
+
+def test_held_out_seeds_pick_on_some_and_test_on_the_others():
+    # seeds 3 and 4 as well: seeds 0 and 1 again, shifted by +.01
+    rows = _cell() + [{**r, "seed": r["seed"] + 3, "late_mean": r["late_mean"] + 0.01} for r in _cell() if r["seed"] < 2]
+    # picked on seeds 0 and 1 (vespo 3e-5: mean .55; vespo 1e-4: .45; grpo 3e-5: .525): vespo at 3e-5 is the best,
+    # then tested on seeds 2, 3, 4: vespo late [.7, .51, .61], respo [.3, .11, .21]
+    (cell,) = recommend(rows, select_seeds=[0, 1])
+    assert cell.best.objective == "vespo" and cell.best.lr == 3e-5
+    assert sorted(cell.best.late) == pytest.approx([0.51, 0.61, 0.7])
+    by = {e.objective: e for e in cell.entries}
+    assert sorted(by["respo"].late) == pytest.approx([0.11, 0.21, 0.3])
+    text = markdown([cell], select_seeds=[0, 1])
+    assert "Held-out seeds: learning rates and the best picked on seeds 0, 1" in text and "Winner's curse" not in text
+    # with no seed left to test on, nothing is ranked
+    (empty,) = recommend(_cell(), select_seeds=[0, 1, 2])
+    assert empty.entries == [] and "0 seeds" in empty.unranked[0]
+
+
+def test_the_committed_runs_csv_files_recommend_without_a_false_duplicate(capsys):
+    # the 128-token 8-step runs continue the 2-step runs (names *_u256, 256 updates): two cells, no duplicate
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    files = ["32=reports/staleness/runs.csv", "128=reports/long/headline-128/runs.csv",
+             "128=reports/long/main-128/runs.csv", "256=reports/long/calib-256/runs.csv"]
+    code, out, err = _main(["recommend", *[f.replace("=", f"={root}/") for f in files]], capsys)
+    assert code == 0 and err == ""
+    for cell in ("| 32 | 32 | 2 |", "| 128 | 32 | 2 |", "| 128 | 32 | 8 |", "| 256 | 32 | 2 |"):
+        assert cell in out
+    # the README's command (whatever files it names) runs too
+    readme = (root / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if "respo recommend " in x and x.startswith(".venv/bin/python"))
+    args = line.split("respo recommend ", 1)[1].split()
+    code, out, err = _main(["recommend", *[a.replace("=", f"={root}/") for a in args]], capsys)
+    assert code == 0 and err == ""

@@ -4,48 +4,107 @@
 
 A cell is one response length, one N and one budget (policy updates per run); runs of different
 budgets are never pooled. In a cell each objective is taken at its own best learning rate (highest
-mean late mean over seeds, among learning rates with at least ``min_seeds`` seeds), flagged ``edge``
-when that rate is the lowest or highest it was run at (or the only one): its true best may lie
-outside the grid. The cell's best is the objective with the highest such mean. Every other objective
-is compared with it over seeds on the late mean and on held-out pass@1 (`respo.study.stats.compare`,
-Welch's t); it is **worse** when either comparison has p <= 0.05 with a lower mean, and otherwise
-**within noise** of the best. "Use" lists the best and those within noise of it.
+mean late mean over seeds, among learning rates with at least ``--min-seeds`` seeds), flagged
+``edge`` when that rate is the lowest or highest it was run at (or the only one): its true best may
+lie outside the grid. The cell's best is the objective with the highest such mean. Every other
+objective is compared with it over seeds, on the late mean and on held-out pass@1 separately, by
+Welch's two-sided t-test (`respo.study.stats`; it assumes normal per-seed values, and with three
+seeds a side no rank test could reach p < .10 instead). Both p values are printed, raw and adjusted
+for the other tests of the same cell, both metrics together (Benjamini–Hochberg by default,
+``--adjust holm`` for Holm; ``--family table`` adjusts over every test of the table instead), and
+the verdicts use the adjusted ones. A cell is the family by default because each cell answers its
+own question (which objective at this length and N), and its verdicts should not change when
+another study's runs.csv is added to the command line; a claim across cells ("in every cell")
+needs ``--family table``. The verdicts:
 
-Picking the best of several noisy means favours the luckiest (winner's curse), so a "best" that is
-within noise of the runner-up is a tie, not a ranking; the table says which.
+  worse / better                the adjusted two-sided p <= .05
+  equivalent within ±δ          two one-sided tests against the margin δ (``--margin``), adjusted
+                                the same way, both reject: the 90 % CI lies inside ±δ
+  no difference detected (95 % CI lo, hi)   neither: absence of evidence, not a tie
+  no test (n = k)               a side has fewer than two seeds
+
+Winner's curse: each objective's learning rate and the cell's best are picked on the same seeds
+they are then tested on, which favours the picked ones; the output says so. ``--select-seeds``
+picks them on some seeds and tests on the others (held out) instead.
+
+A seed counts once: two finished rows with the same objective, learning rate and seed in one cell
+(length, N, budget) are refused, naming both rows (run names are no key: a sweep's names recur in
+other studies). The same runs continued to a longer budget (another cell) are not duplicates, but
+the two cells share their seeds' history: they are not independent evidence.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from respo.errors import RespoError
 from respo.study.aggregate import nanmean
-from respo.study.stats import Comparison, compare, format_p
+from respo.study.stats import ADJUST_METHODS, Tost, WelchTest, adjust, format_p, tost, verdict, welch
 
-__all__ = ["RecommendError", "Entry", "Cell", "load_rows", "recommend", "markdown", "add_arguments", "run"]
+__all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "recommend", "markdown", "add_arguments", "run",
+           "DEFAULT_MARGIN", "METRICS"]
 
 _NEEDED = ("objective", "reuse", "lr", "seed", "updates", "finished", "late_mean", "pass@1")
+#: The two metrics every objective is compared with the best on.
+METRICS = ("late mean", "pass@1")
+#: Equivalence margin δ on the 0–1 score (see ``--margin``'s help).
+DEFAULT_MARGIN = 0.03
+_FAMILIES = ("table", "cell")
 
 
 class RecommendError(RespoError):
-    """A runs.csv that cannot be read as the sweeps write it."""
+    """A runs.csv that cannot be read as the sweeps write it, or rows that would count a seed twice."""
+
+
+@dataclass
+class Test:
+    """One comparison of an objective with its cell's best on one metric."""
+
+    welch: WelchTest
+    tost: Tost | None
+    p_adj: float = math.nan  # the two-sided p adjusted within its family
+    p_tost_adj: float = math.nan  # the TOST p adjusted within its family
+
+    @property
+    def diff(self) -> float:
+        return self.welch.diff
+
+    @property
+    def t(self) -> float:
+        return self.welch.t
+
+    @property
+    def df(self) -> float:
+        return self.welch.df
+
+    @property
+    def p(self) -> float:
+        return self.welch.p
+
+    @property
+    def tested(self) -> bool:
+        return not math.isnan(self.welch.p)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.welch, self.tost, p=self.p_adj, p_tost=self.p_tost_adj)
 
 
 @dataclass
 class Entry:
-    """One objective of a cell at its own best learning rate."""
+    """One objective of a cell at its own best learning rate (values over the tested seeds)."""
 
     objective: str
     lr: float
     late: list[float]
     pass1: list[float]
     edge: bool
-    vs_best: dict[str, Comparison] = field(default_factory=dict)
+    vs_best: dict[str, Test] = field(default_factory=dict)
 
     @property
     def late_mean(self) -> float:
@@ -53,7 +112,12 @@ class Entry:
 
     @property
     def worse(self) -> bool:
-        return any(c.verdict == "a < b" for c in self.vs_best.values())
+        return any(t.verdict.startswith("worse") for t in self.vs_best.values())
+
+    @property
+    def tested(self) -> bool:
+        """Compared with the best on both metrics (two seeds or more on each side)."""
+        return bool(self.vs_best) and all(t.tested for t in self.vs_best.values())
 
 
 @dataclass
@@ -61,76 +125,157 @@ class Cell:
     length: int
     reuse: int
     updates: int
-    entries: list[Entry]  # the best first, then by descending late mean
+    entries: list[Entry]  # the best first, then by descending late mean; empty when none has enough seeds
     unranked: list[str]  # objectives with too few seeds at every learning rate
 
     @property
-    def best(self) -> Entry:
-        return self.entries[0]
+    def best(self) -> Entry | None:
+        return self.entries[0] if self.entries else None
 
     @property
     def use(self) -> list[Entry]:
-        return [e for e in self.entries if not e.worse]
+        """The best and those tested against it and not shown worse on either metric."""
+        return self.entries[:1] + [e for e in self.entries[1:] if e.tested and not e.worse]
 
 
 def _truthy(v: str) -> bool:
     return str(v).strip().lower() in ("true", "1", "yes")
 
 
+def _number(r: dict, col: str, where: str, kind: type = float) -> float | int:
+    """``r[col]`` as a finite number (``kind`` int or float), or a one-line error naming the row."""
+    raw = (r.get(col) or "").strip()
+    try:
+        x = float(raw)
+    except ValueError:
+        raise RecommendError(f"{where}: {col} {raw!r} is not a number") from None
+    if not math.isfinite(x):
+        raise RecommendError(f"{where}: {col} {raw!r} is not a finite number")
+    if kind is int:
+        if x != int(x):
+            raise RecommendError(f"{where}: {col} {raw!r} is not a whole number")
+        return int(x)
+    return x
+
+
 def load_rows(path: str | Path, *, length: int, model: str | None = None, group_size: int | None = None) -> list[dict]:
     """The finished runs of one ``runs.csv`` as rows for `recommend`; ``length`` labels them (response
     tokens). Runs with routing replay, or of another ``model`` / ``group_size`` when given, are left
-    out; an aggregation override is part of the objective's name (``gspo@token-mean``)."""
+    out; an aggregation override is part of the objective's name (``gspo@token-mean``). Each row
+    keeps its ``run`` name and ``where`` (file and line), which `recommend`'s duplicate check names. A file
+    that is not UTF-8 CSV, is empty, lacks a column or has a non-numeric value raises `RecommendError`
+    in one line naming the file (and the line)."""
     path = Path(path)
+    rows = []
     try:
-        with path.open(newline="") as f:
+        with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            table, header = list(reader), reader.fieldnames or []
+            header = reader.fieldnames
+            if header is None:
+                raise RecommendError(f"{path}: empty file (no header row, no runs)")
+            missing = [c for c in _NEEDED if c not in header]
+            if missing:
+                raise RecommendError(f"{path}: missing column(s) {', '.join(missing)}")
+            for r in reader:
+                where = f"{path} line {reader.line_num}"
+                if not _truthy(r["finished"]) or _truthy(r.get("routing_replay") or ""):
+                    continue
+                if model is not None and r.get("model") != model:
+                    continue
+                if group_size is not None and _number(r, "group_size", where, int) != group_size:
+                    continue
+                agg = (r.get("loss_agg_mode") or "").strip()
+                rows.append({"objective": r["objective"] + (f"@{agg}" if agg else ""),
+                             "lr": _number(r, "lr", where), "seed": _number(r, "seed", where, int),
+                             "late_mean": _number(r, "late_mean", where), "pass@1": _number(r, "pass@1", where),
+                             "reuse": _number(r, "reuse", where, int), "length": length,
+                             "updates": _number(r, "updates", where, int), "run": r.get("run") or "",
+                             "where": where})
     except OSError as e:
         raise RecommendError(f"cannot read {path}: {e.strerror}") from None
-    missing = [c for c in _NEEDED if c not in header]
-    if missing:
-        raise RecommendError(f"{path}: missing column(s) {', '.join(missing)}")
-    rows = []
-    for r in table:
-        if not _truthy(r["finished"]) or _truthy(r.get("routing_replay", "")):
-            continue
-        if model is not None and r.get("model") != model:
-            continue
-        if group_size is not None and int(r.get("group_size") or 0) != group_size:
-            continue
-        agg = (r.get("loss_agg_mode") or "").strip()
-        rows.append({"objective": r["objective"] + (f"@{agg}" if agg else ""), "lr": float(r["lr"]),
-                     "seed": int(r["seed"]), "late_mean": float(r["late_mean"]), "pass@1": float(r["pass@1"]),
-                     "reuse": int(r["reuse"]), "length": length, "updates": int(r["updates"])})
+    except UnicodeDecodeError as e:
+        raise RecommendError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except csv.Error as e:
+        raise RecommendError(f"{path}: not a CSV file ({e})") from None
     return rows
 
 
-def recommend(rows: Sequence[dict], *, min_seeds: int = 3) -> list[Cell]:
-    """Group ``rows`` (keys of `load_rows`) into cells and rank them (module docstring)."""
+def _check_duplicates(rows: Sequence[dict]) -> None:
+    """Refuse a seed counted twice: the same objective, learning rate and seed twice in one cell
+    (response length, N, budget). Run names are not the key: they are unique only within one sweep
+    (two studies at different lengths reuse them), and a copy under other names is the same seed."""
+    seen: dict[tuple, dict] = {}
+    for r in rows:
+        key = (int(r["length"]), int(r["reuse"]), int(r["updates"]), r["objective"], float(r["lr"]), int(r["seed"]))
+        first = seen.setdefault(key, r)
+        if first is not r:
+            a, b = first.get("where", "a row"), r.get("where", "another row")
+            raise RecommendError(f"duplicate run: {r['objective']} lr {float(r['lr']):g} seed {r['seed']} "
+                                 f"({r['length']} tokens, N = {r['reuse']}, {r['updates']} updates) is in {a} and in "
+                                 f"{b} (was a runs.csv given twice?); each seed may count once")
+
+
+def _pick(by_lr: dict[float, list[dict]], min_seeds: int, select: set[int] | None):
+    """An objective's best learning rate and the rows tested there, or None and why not."""
+    def tested(rs):
+        return rs if select is None else [r for r in rs if r["seed"] not in select]
+
+    def picked(rs):
+        return rs if select is None else [r for r in rs if r["seed"] in select]
+
+    ok = {lr: rs for lr, rs in by_lr.items() if len(tested(rs)) >= min_seeds and picked(rs)}
+    if not ok:
+        return None, [f"lr {lr:g}: {len(tested(rs))} seed{'s' * (len(tested(rs)) != 1)}"
+                      for lr, rs in sorted(by_lr.items())]
+    lr = max(ok, key=lambda k: (nanmean(r["late_mean"] for r in picked(ok[k])), -k))
+    return (lr, tested(ok[lr]), nanmean(r["late_mean"] for r in picked(ok[lr])), len(ok) == 1 or lr in (min(ok), max(ok))), []
+
+
+def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None = DEFAULT_MARGIN,
+              method: str = "bh", family: str = "cell", select_seeds: Sequence[int] | None = None) -> list[Cell]:
+    """Group ``rows`` (keys of `load_rows`) into cells, rank them, test every objective against its
+    cell's best on both metrics and adjust the p values (module docstring). ``margin`` None skips
+    the equivalence tests; ``select_seeds`` picks learning rates and the best on those seeds and
+    tests on the others. Raises `RecommendError` when a seed would count twice."""
+    if min_seeds < 1:
+        raise RecommendError(f"--min-seeds must be at least 1, got {min_seeds}")
+    if margin is not None and not (margin > 0 and math.isfinite(margin)):
+        raise RecommendError(f"--margin must be a positive number, got {margin}")
+    if method not in ADJUST_METHODS:
+        raise RecommendError(f"--adjust must be one of {', '.join(ADJUST_METHODS)}, got {method!r}")
+    if family not in _FAMILIES:
+        raise RecommendError(f"--family must be one of {', '.join(_FAMILIES)}, got {family!r}")
+    _check_duplicates(rows)
+    select = None if select_seeds is None else {int(s) for s in select_seeds}
     groups: dict[tuple, dict[str, dict[float, list[dict]]]] = {}
     for r in rows:
         key = (int(r["length"]), int(r["reuse"]), int(r["updates"]))
         groups.setdefault(key, {}).setdefault(r["objective"], {}).setdefault(float(r["lr"]), []).append(r)
     cells = []
     for (length, reuse, updates), by_obj in sorted(groups.items()):
-        entries, unranked = [], []
+        ranked, unranked = [], []
         for obj, by_lr in sorted(by_obj.items()):
-            ok = {lr: rs for lr, rs in by_lr.items() if len(rs) >= min_seeds}
-            if not ok:
-                unranked += [f"{obj} (lr {lr:g}, {len(rs)} seed{'s' * (len(rs) != 1)})" for lr, rs in sorted(by_lr.items())]
+            pick, why = _pick(by_lr, min_seeds, select)
+            if pick is None:
+                unranked.append(f"{obj} ({'; '.join(why)})")
                 continue
-            lr = max(ok, key=lambda k: (nanmean(r["late_mean"] for r in ok[k]), -k))
-            rs = ok[lr]
-            entries.append(Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs],
-                                 edge=len(ok) == 1 or lr in (min(ok), max(ok))))
-        if not entries:
-            continue
-        entries.sort(key=lambda e: (-e.late_mean, e.objective))
-        best = entries[0]
+            lr, rs, select_mean, edge = pick
+            ranked.append((select_mean, Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs], edge)))
+        ranked.sort(key=lambda x: (-x[0], x[1].objective))
+        entries = [e for _, e in ranked]
         for e in entries[1:]:
-            e.vs_best = {"late mean": compare(e.late, best.late), "pass@1": compare(e.pass1, best.pass1)}
+            best = entries[0]
+            e.vs_best = {m: Test(welch(a, b), tost(a, b, margin) if margin is not None else None)
+                         for m, a, b in (("late mean", e.late, best.late), ("pass@1", e.pass1, best.pass1))}
         cells.append(Cell(length, reuse, updates, entries, unranked))
+    families = [cells] if family == "table" else [[c] for c in cells]
+    for fam in families:
+        tests = [t for c in fam for e in c.entries for t in e.vs_best.values()]
+        for t, q in zip(tests, adjust([t.p for t in tests], method)):
+            t.p_adj = q
+        if margin is not None:
+            for t, q in zip(tests, adjust([t.tost.p for t in tests], method)):
+                t.p_tost_adj = q
     return cells
 
 
@@ -138,25 +283,85 @@ def _label(e: Entry) -> str:
     return f"{e.objective} ({e.lr:g}{', edge' if e.edge else ''})"
 
 
-def markdown(cells: Sequence[Cell]) -> str:
-    """The recommendation table: per cell the best (its own lr; ``edge`` flagged), its late mean and
-    pass@1 (mean over seeds), the objectives within noise of it, and those significantly worse with
-    the difference of late means and the smaller p of the two tests."""
-    out = ["| response tokens | N | rollout steps | best | late mean / pass@1 | within noise of the best | "
-           "significantly worse (late mean difference, p) |", "|" + "---|" * 7]
+def _n_tests(cells: Sequence[Cell]) -> int:
+    return sum(not math.isnan(t.p) for c in cells for e in c.entries for t in e.vs_best.values())
+
+
+def _steps(c: Cell) -> str:
+    return f"{c.updates / c.reuse:g}"
+
+
+def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, method: str = "bh",
+             family: str = "cell", min_seeds: int = 3, select_seeds: Sequence[int] | None = None) -> str:
+    """What ``respo recommend`` prints: how the p values and verdicts are made, then one row per
+    objective and cell (late mean and pass@1: mean over tested seeds, difference from the best, raw
+    and adjusted p, verdict), a summary per cell, and why a cell has no verdict. The keywords must
+    be the ones `recommend` was called with."""
+    per_cell = [_n_tests([c]) for c in cells if _n_tests([c])]
+    fam = (f"all the two-sided tests of this table ({_n_tests(cells)} with a p" if family == "table" else
+           f"the two-sided tests of each cell ({min(per_cell, default=0)}–{max(per_cell, default=0)} with a p")
+    out = [f"p: Welch's two-sided t-test over seeds of each objective against its cell's best, late mean and held-out "
+           f"pass@1 separately (assumes normal per-seed values); adj. p: {ADJUST_METHODS[method]} adjustment over "
+           f"{fam}, both metrics together); "
+           "verdicts use the adjusted p.",
+           f"Equivalence margin δ = ±{margin:g}: \"equivalent\" only where two one-sided tests against ±δ (TOST, "
+           "adjusted the same way) both reject; otherwise \"no difference detected\" with the unadjusted 95 % CI of "
+           "the difference, which is not a tie." if margin is not None else
+           "No equivalence margin (--margin 0): nothing is called equivalent; \"no difference detected\" is not a tie.",
+           ("Winner's curse: each objective's learning rate and the cell's best are picked on the same seeds they are "
+            "then tested on, which favours the picked ones; a p near .05 is weaker than it looks (--select-seeds "
+            "holds seeds out)." if select_seeds is None else
+            f"Held-out seeds: learning rates and the best picked on seeds {', '.join(map(str, sorted(select_seeds)))}, "
+            "tested (and averaged) on the other seeds."), ""]
+    head = ["response tokens", "N", "rollout steps", "objective (lr)", "seeds"]
+    for m in METRICS:
+        head += [m, f"Δ {m}", f"p ({m})", "adj. p", f"{m} vs best"]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
-        b = c.best
-        ties = ", ".join(_label(e) for e in c.entries[1:] if not e.worse) or "—"
-        losses = []
-        for e in c.entries[1:]:
-            if e.worse:
-                p = min(cmp.p for cmp in e.vs_best.values() if cmp.verdict == "a < b")
-                losses.append(f"{_label(e)}: late mean {e.vs_best['late mean'].diff:+.3f}, p = {format_p(p)}")
-        extra = f" (too few seeds: {', '.join(c.unranked)})" if c.unranked else ""
-        steps = c.updates / c.reuse
-        out.append(f"| {c.length} | {c.reuse} | {steps:g} | {_label(b)} | {b.late_mean:.3f} / {nanmean(b.pass1):.3f} | "
-                   f"{ties} | {'; '.join(losses) or '—'}{extra} |")
-    return "\n".join(out)
+        for i, e in enumerate(c.entries):
+            row = [str(c.length), str(c.reuse), _steps(c), _label(e) + (" **best**" if i == 0 else ""), str(len(e.late))]
+            for m, vals in zip(METRICS, (e.late, e.pass1)):
+                t = e.vs_best.get(m)
+                if t is None:
+                    row += [f"{nanmean(vals):.3f}", "—", "—", "—", "best"]
+                else:
+                    row += [f"{nanmean(vals):.3f}", f"{t.diff:+.3f}", format_p(t.p), format_p(t.p_adj), t.verdict]
+            out.append("| " + " | ".join(row) + " |")
+    out += ["", "| response tokens | N | rollout steps | best: late mean / pass@1 | not shown worse on either metric | "
+            "worse on either metric (adj. p late mean / pass@1) | no test (n < 2) |", "|" + "---|" * 7]
+    notes = []
+    for c in cells:
+        where = f"{c.length} tokens, N = {c.reuse}, {_steps(c)} rollout steps"
+        if not c.entries:
+            notes.append(f"- {where}: no objective has {min_seeds} seed{'s' * (min_seeds != 1)} at one learning rate, "
+                         f"so nothing is ranked or tested: {'; '.join(c.unranked)}.")
+            continue
+        b, rest = c.best, c.entries[1:]
+        worse = [f"{_label(e)} ({format_p(e.vs_best['late mean'].p_adj)} / {format_p(e.vs_best['pass@1'].p_adj)})"
+                 for e in rest if e.worse]
+        cols = [", ".join(_label(e) for e in rest if e.tested and not e.worse), "; ".join(worse),
+                ", ".join(_label(e) for e in rest if not e.tested and not e.worse)]
+        out.append(f"| {c.length} | {c.reuse} | {_steps(c)} | {_label(b)}: {b.late_mean:.3f} / {nanmean(b.pass1):.3f} "
+                   f"| " + " | ".join(x or "—" for x in cols) + " |")
+        if len(c.entries) == 1:
+            notes.append(f"- {where}: only {b.objective} has {min_seeds} seed{'s' * (min_seeds != 1)} at one learning "
+                         "rate, so there is nothing to compare it with.")
+        if c.unranked:
+            notes.append(f"- {where}: not ranked, fewer than {min_seeds} seed{'s' * (min_seeds != 1)} at every learning "
+                         f"rate: {'; '.join(c.unranked)}.")
+    if not any(c.entries for c in cells):
+        notes.insert(0, f"- No cell has an objective with {min_seeds} seeds at one learning rate: the table is empty "
+                        "(--min-seeds lowers the bar; a test needs 2 seeds a side).")
+    if any(min(len(e.late) for e in c.entries) < 2 for c in cells if c.entries):
+        notes.append("- no test (n = 1): with one seed on a side there is no variance and no test, so no verdict.")
+    return "\n".join(out + ([""] + notes if notes else []))
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated seeds like 0,1, got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -164,11 +369,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="response length (tokens) and a runs.csv written by respo report, e.g. 128=runs.csv")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
-    p.add_argument("--min-seeds", type=int, default=3, help="seeds an objective needs at a learning rate (default 3)")
+    p.add_argument("--min-seeds", type=int, default=3,
+                   help="seeds an objective needs at a learning rate to be ranked (default 3; a test needs 2)")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"equivalence margin δ on the 0-1 score, for late mean and pass@1 alike (default "
+                        f"{DEFAULT_MARGIN:g}, 3 points: about one seed-to-seed standard deviation of a single run in "
+                        "the committed studies, .016-.033 late mean, a difference too small to change the choice of "
+                        "objective). With 3 seeds a side TOST can show ±0.03 only when the seeds' standard deviation "
+                        "is below about .017 (the 90 %% CI half-width is 2.13·SD·√(2/3) at equal spreads), so expect "
+                        "'no difference detected' rather than 'equivalent'. 0 turns equivalence tests off")
+    p.add_argument("--adjust", choices=sorted(ADJUST_METHODS), default="bh",
+                   help="multiplicity adjustment: bh = Benjamini-Hochberg (false discovery rate, default), "
+                        "holm = Holm (family-wise error rate)")
+    p.add_argument("--family", choices=_FAMILIES, default="cell",
+                   help="the p values adjusted together: each cell's tests (default: a cell answers its own question, "
+                        "and its verdicts do not change when other studies are added) or every test of the table "
+                        "(for claims across cells)")
+    p.add_argument("--select-seeds", type=_seeds, default=None, metavar="S,S",
+                   help="pick learning rates and the best on these seeds and test on the others (held out), "
+                        "instead of testing on the seeds the picks were made on (winner's curse)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the recommendation table of ``args.inputs``; bad input raises `RecommendError`."""
+    """Print the recommendation of ``args.inputs``; bad input raises `RecommendError`."""
     rows = []
     for spec in args.inputs:
         length, sep, path = spec.partition("=")
@@ -177,5 +400,9 @@ def run(args: argparse.Namespace) -> int:
         rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size)
     if not rows:
         raise RecommendError(f"no finished {args.model} runs with G = {args.group_size} in {', '.join(args.inputs)}")
-    print(markdown(recommend(rows, min_seeds=args.min_seeds)))
+    if args.margin < 0 or not math.isfinite(args.margin):
+        raise RecommendError(f"--margin must be a positive number or 0 (off), got {args.margin}")
+    kw = dict(margin=args.margin or None, method=args.adjust, family=args.family, select_seeds=args.select_seeds)
+    cells = recommend(rows, min_seeds=args.min_seeds, **kw)
+    print(markdown(cells, min_seeds=args.min_seeds, **kw))
     return 0
