@@ -321,3 +321,30 @@ def test_the_committed_runs_csv_files_recommend_without_a_false_duplicate(capsys
     args = line.split("respo recommend ", 1)[1].split()
     code, out, err = _main(["recommend", *[a.replace("=", f"={root}/") for a in args]], capsys)
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda line: line.replace(",True,", ",maybe,"), "finished 'maybe' is not true or false"),
+    (lambda line: line.rsplit(",", 2)[0], "2 fields fewer than the header"),
+    (lambda line: line + ",extra", "more fields than the header"),
+    (lambda line: line.replace(",0.7,", ",inf,"), "late_mean 'inf' is not a finite number"),
+    (lambda line: line.replace(",3e-05,", ",fast,"), "lr 'fast' is not a number"),
+])
+def test_a_malformed_row_is_named_not_dropped(tmp_path, capsys, edit, problem):
+    # each of these rows used to be skipped without a word (finished 'maybe', a short row) or to end
+    # in a traceback (a long row's extra field, a non-numeric lr); inf would have been dropped by the tests
+    path = _write_runs(tmp_path / "runs.csv", _cell())
+    lines = path.read_text().splitlines()
+    lines[3] = edit(lines[3])
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = _main(["recommend", f"128={path}"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"{path} line 4" in err and problem in err
+
+
+def test_a_filter_column_that_is_missing_is_named(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    path.write_text("objective,reuse,lr,seed,updates,finished,late_mean,pass@1\ngrpo,32,3e-05,0,256,True,0.5,0.5\n")
+    code, out, err = _main(["recommend", f"128={path}"], capsys)
+    assert code == 2 and "no model column" in err and str(path) in err
+    assert load_rows(path, length=128)[0]["late_mean"] == 0.5  # no filter asked for: read as it is

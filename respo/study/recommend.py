@@ -138,8 +138,15 @@ class Cell:
         return self.entries[:1] + [e for e in self.entries[1:] if e.tested and not e.worse]
 
 
-def _truthy(v: str) -> bool:
-    return str(v).strip().lower() in ("true", "1", "yes")
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
+
+
+def _flag(r: dict, col: str, where: str) -> bool:
+    """A true/false column (absent or empty: false); anything else is a one-line error naming the row."""
+    raw = (r.get(col) or "").strip()
+    if raw.lower() not in _TRUE + _FALSE:
+        raise RecommendError(f"{where}: {col} {raw!r} is not true or false")
+    return raw.lower() in _TRUE
 
 
 def _number(r: dict, col: str, where: str, kind: type = float) -> float | int:
@@ -176,9 +183,17 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
             missing = [c for c in _NEEDED if c not in header]
             if missing:
                 raise RecommendError(f"{path}: missing column(s) {', '.join(missing)}")
+            for col, want in (("model", model), ("group_size", group_size)):
+                if want is not None and col not in header:
+                    raise RecommendError(f"{path}: no {col} column to select {col} = {want} by")
             for r in reader:
                 where = f"{path} line {reader.line_num}"
-                if not _truthy(r["finished"]) or _truthy(r.get("routing_replay") or ""):
+                if None in r:  # DictReader's key for fields beyond the header
+                    raise RecommendError(f"{where}: {len(r[None])} more fields than the header")
+                short = sum(v is None for v in r.values())
+                if short:
+                    raise RecommendError(f"{where}: {short} field{'s' * (short != 1)} fewer than the header")
+                if not _flag(r, "finished", where) or _flag(r, "routing_replay", where):
                     continue
                 if model is not None and r.get("model") != model:
                     continue
