@@ -95,6 +95,7 @@ def test_markdown_names_the_best_the_losses_and_which_p_it_shows(tmp_path):
     text = markdown(recommend(_cell()))
     # one row per objective: late mean, its difference from the best, raw p, adjusted p, verdict; then pass@1
     assert "| 128 | 32 | 8 | vespo (3e-05, edge) **best** | 3 | 0.600 | — | — | — | best | 0.600 |" in text
+    assert "| late mean vs best (δ = ±0.03) |" in text
     assert "| 128 | 32 | 8 | respo (3e-05, edge) | 3 | 0.200 | -0.400 | 0.008 | 0.016 | worse | 0.200 | -0.400 | " \
            "0.008 | 0.016 | worse |" in text
     assert "| grpo (3e-05) | 3 | 0.550 | -0.050 | 0.496 | 0.661 | no difference detected (95 % CI " in text
@@ -196,6 +197,8 @@ def test_the_same_runs_continued_to_a_longer_budget_are_not_duplicates(tmp_path,
     code, out, err = _main(["recommend", f"128={short}", f"128={long}"], capsys)
     assert code == 0 and err == ""
     assert "| 128 | 32 | 2 |" in out and "| 128 | 32 | 8 |" in out
+    # ... and the output says the two cells are not independent: 6 objective/lr pairs × 3 seeds in both
+    assert "the 2- and 8-rollout-step cells share 18 objective/lr/seed combinations" in out
 
 
 def test_one_seed_per_cell_says_why_there_is_no_verdict(tmp_path, capsys):

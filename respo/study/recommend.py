@@ -127,6 +127,7 @@ class Cell:
     updates: int
     entries: list[Entry]  # the best first, then by descending late mean; empty when none has enough seeds
     unranked: list[str]  # objectives with too few seeds at every learning rate
+    runs: frozenset = frozenset()  # (objective, lr, seed) of every finished run in the cell
 
     @property
     def best(self) -> Entry | None:
@@ -231,19 +232,20 @@ def _check_duplicates(rows: Sequence[dict]) -> None:
 
 
 def _pick(by_lr: dict[float, list[dict]], min_seeds: int, select: set[int] | None):
-    """An objective's best learning rate and the rows tested there, or None and why not."""
-    def tested(rs):
-        return rs if select is None else [r for r in rs if r["seed"] not in select]
+    """An objective's best learning rate as (lr, the rows tested there, the mean late mean it was
+    picked by, edge), and None; or None and why no learning rate qualifies."""
+    def split(rs):  # (rows the pick is made on, rows tested)
+        if select is None:
+            return rs, rs
+        return [r for r in rs if r["seed"] in select], [r for r in rs if r["seed"] not in select]
 
-    def picked(rs):
-        return rs if select is None else [r for r in rs if r["seed"] in select]
-
-    ok = {lr: rs for lr, rs in by_lr.items() if len(tested(rs)) >= min_seeds and picked(rs)}
+    parts = {lr: split(rs) for lr, rs in by_lr.items()}
+    ok = {lr: (on, tested) for lr, (on, tested) in parts.items() if on and len(tested) >= min_seeds}
     if not ok:
-        return None, [f"lr {lr:g}: {len(tested(rs))} seed{'s' * (len(tested(rs)) != 1)}"
-                      for lr, rs in sorted(by_lr.items())]
-    lr = max(ok, key=lambda k: (nanmean(r["late_mean"] for r in picked(ok[k])), -k))
-    return (lr, tested(ok[lr]), nanmean(r["late_mean"] for r in picked(ok[lr])), len(ok) == 1 or lr in (min(ok), max(ok))), []
+        return None, [f"lr {lr:g}: {len(t)} seed{'s' * (len(t) != 1)}" for lr, (_, t) in sorted(parts.items())]
+    score = {lr: nanmean(r["late_mean"] for r in on) for lr, (on, _) in ok.items()}
+    lr = max(ok, key=lambda k: (score[k], -k))
+    return (lr, ok[lr][1], score[lr], len(ok) == 1 or lr in (min(ok), max(ok))), None
 
 
 def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None = DEFAULT_MARGIN,
@@ -282,7 +284,8 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
             best = entries[0]
             e.vs_best = {m: Test(welch(a, b), tost(a, b, margin) if margin is not None else None)
                          for m, a, b in (("late mean", e.late, best.late), ("pass@1", e.pass1, best.pass1))}
-        cells.append(Cell(length, reuse, updates, entries, unranked))
+        runs = frozenset((obj, lr, r["seed"]) for obj, by_lr in by_obj.items() for lr, rs in by_lr.items() for r in rs)
+        cells.append(Cell(length, reuse, updates, entries, unranked, runs))
     families = [cells] if family == "table" else [[c] for c in cells]
     for fam in families:
         tests = [t for c in fam for e in c.entries for t in e.vs_best.values()]
@@ -326,11 +329,12 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
            ("Winner's curse: each objective's learning rate and the cell's best are picked on the same seeds they are "
             "then tested on, which favours the picked ones; a p near .05 is weaker than it looks (--select-seeds "
             "holds seeds out)." if select_seeds is None else
-            f"Held-out seeds: learning rates and the best picked on seeds {', '.join(map(str, sorted(select_seeds)))}, "
+            f"Held-out seeds: learning rates and the best picked on seed{'s' * (len(set(select_seeds)) != 1)} "
+            f"{', '.join(map(str, sorted(set(select_seeds))))}, "
             "tested (and averaged) on the other seeds."), ""]
     head = ["response tokens", "N", "rollout steps", "objective (lr)", "seeds"]
     for m in METRICS:
-        head += [m, f"Δ {m}", f"p ({m})", "adj. p", f"{m} vs best"]
+        head += [m, f"Δ {m}", f"p ({m})", "adj. p", f"{m} vs best" + (f" (δ = ±{margin:g})" if margin else "")]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
         for i, e in enumerate(c.entries):
@@ -367,6 +371,13 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
     if not any(c.entries for c in cells):
         notes.insert(0, f"- No cell has an objective with {min_seeds} seeds at one learning rate: the table is empty "
                         "(--min-seeds lowers the bar; a test needs 2 seeds a side).")
+    for i, c in enumerate(cells):
+        for d in cells[i + 1:]:
+            shared = len(c.runs & d.runs) if (c.length, c.reuse) == (d.length, d.reuse) else 0
+            if shared:
+                notes.append(f"- {c.length} tokens, N = {c.reuse}: the {_steps(c)}- and {_steps(d)}-rollout-step cells "
+                             f"share {shared} objective/lr/seed combination{'s' * (shared != 1)}; if the longer runs "
+                             "continue the shorter ones, the two cells are not independent evidence.")
     if any(min(len(e.late) for e in c.entries) < 2 for c in cells if c.entries):
         notes.append("- no test (n = 1): with one seed on a side there is no variance and no test, so no verdict.")
     return "\n".join(out + ([""] + notes if notes else []))
