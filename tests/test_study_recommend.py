@@ -351,3 +351,15 @@ def test_a_filter_column_that_is_missing_is_named(tmp_path, capsys):
     code, out, err = _main(["recommend", f"128={path}"], capsys)
     assert code == 2 and "no model column" in err and str(path) in err
     assert load_rows(path, length=128)[0]["late_mean"] == 0.5  # no filter asked for: read as it is
+
+
+def test_the_late_mean_p_is_shown_under_late_mean_not_the_smaller_of_two(capsys):
+    # 128 tokens, N = 32, 8 rollout steps: respo vs vespo had "late mean -0.294, p = 0.007" printed, but 0.007 is
+    # the pass@1 p; the late-mean p is 0.008 (Welch over the committed per-seed values)
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    code, out, err = _main(["recommend", f"128={root}/reports/long/main-128/runs.csv"], capsys)
+    row = next(line for line in out.splitlines() if line.startswith("| 128 | 32 | 8 | respo (0.0001, edge) |"))
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    assert cols[5:8] == ["0.338", "-0.294", "0.008"] and cols[10:13] == ["0.474", "-0.227", "0.007"]

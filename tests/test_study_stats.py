@@ -321,3 +321,23 @@ def test_n3_rank_test_floor_is_stated():
     import respo.study.stats as s
 
     assert math.comb(6, 3) == 20 and "p < .10" in s.__doc__ and "normal" in s.__doc__
+
+
+def test_judge_tests_a_family_adjusts_it_and_words_each_verdict():
+    # three pairs as one family: [1,2,3] vs [4,5,6] (p = .021312), A_EQ vs B_EQ (p = .573392, TOST p at ±.05
+    # = .035242), a one-seed pair (no test, not a member of the family). BH over the two defined p's:
+    # .573392 stays; .021312·2/1 = .042624 -> still worse. TOST p's: diff −3 at δ = .05 gives
+    # p_l = P(T_4 >= −2.95/.816497 = −3.613) = .989, so [.989, .035242]; BH: .035242·2/1 = .070484 -> not shown
+    # equivalent after adjustment
+    from respo.study.stats import judge
+
+    out = judge([([1, 2, 3], [4, 5, 6]), (A_EQ, B_EQ), ([0.5], [0.4, 0.3])], margin=0.05, method="bh")
+    assert [j.p_adj for j in out[:2]] == [pytest.approx(0.042624, abs=1e-6), pytest.approx(0.573392, abs=1e-6)]
+    assert math.isnan(out[2].p_adj) and out[2].verdict == "no test (n = 1)"
+    assert out[0].verdict == "worse" and out[0].method == "bh"
+    assert out[1].tost.p == pytest.approx(0.035242, abs=1e-6) and out[1].p_tost_adj == pytest.approx(0.070484, abs=1e-6)
+    assert out[1].verdict == "no difference detected (95 % CI -0.035, +0.055)"
+    # alone, the equivalence holds; Holm over the same family doubles the smallest p (.042624 -> worse)
+    assert judge([(A_EQ, B_EQ)], margin=0.05)[0].verdict == "equivalent within ±0.05"
+    assert judge([([1, 2, 3], [4, 5, 6]), (A_EQ, B_EQ)], method="holm")[0].p_adj == pytest.approx(0.042624, abs=1e-6)
+    assert judge([], margin=0.03) == []

@@ -44,7 +44,7 @@ from typing import Sequence
 
 from respo.errors import RespoError
 from respo.study.aggregate import nanmean
-from respo.study.stats import ADJUST_METHODS, Tost, WelchTest, adjust, format_p, tost, verdict, welch
+from respo.study.stats import ADJUST_METHODS, Judged, format_p, judge
 
 __all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "recommend", "markdown", "add_arguments", "run",
            "DEFAULT_MARGIN", "METRICS"]
@@ -61,38 +61,8 @@ class RecommendError(RespoError):
     """A runs.csv that cannot be read as the sweeps write it, or rows that would count a seed twice."""
 
 
-@dataclass
-class Test:
-    """One comparison of an objective with its cell's best on one metric."""
-
-    welch: WelchTest
-    tost: Tost | None
-    p_adj: float = math.nan  # the two-sided p adjusted within its family
-    p_tost_adj: float = math.nan  # the TOST p adjusted within its family
-
-    @property
-    def diff(self) -> float:
-        return self.welch.diff
-
-    @property
-    def t(self) -> float:
-        return self.welch.t
-
-    @property
-    def df(self) -> float:
-        return self.welch.df
-
-    @property
-    def p(self) -> float:
-        return self.welch.p
-
-    @property
-    def tested(self) -> bool:
-        return not math.isnan(self.welch.p)
-
-    @property
-    def verdict(self) -> str:
-        return verdict(self.welch, self.tost, p=self.p_adj, p_tost=self.p_tost_adj)
+#: One comparison of an objective with its cell's best on one metric (`respo.study.stats.judge`).
+Test = Judged
 
 
 @dataclass
@@ -280,20 +250,13 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
             ranked.append((select_mean, Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs], edge)))
         ranked.sort(key=lambda x: (-x[0], x[1].objective))
         entries = [e for _, e in ranked]
-        for e in entries[1:]:
-            best = entries[0]
-            e.vs_best = {m: Test(welch(a, b), tost(a, b, margin) if margin is not None else None)
-                         for m, a, b in (("late mean", e.late, best.late), ("pass@1", e.pass1, best.pass1))}
         runs = frozenset((obj, lr, r["seed"]) for obj, by_lr in by_obj.items() for lr, rs in by_lr.items() for r in rs)
         cells.append(Cell(length, reuse, updates, entries, unranked, runs))
-    families = [cells] if family == "table" else [[c] for c in cells]
-    for fam in families:
-        tests = [t for c in fam for e in c.entries for t in e.vs_best.values()]
-        for t, q in zip(tests, adjust([t.p for t in tests], method)):
-            t.p_adj = q
-        if margin is not None:
-            for t, q in zip(tests, adjust([t.tost.p for t in tests], method)):
-                t.p_tost_adj = q
+    for fam in [cells] if family == "table" else [[c] for c in cells]:  # each family: both metrics together
+        slots = [(e, m, a, b) for c in fam for e in c.entries[1:]
+                 for m, a, b in (("late mean", e.late, c.best.late), ("pass@1", e.pass1, c.best.pass1))]
+        for (e, m, _, _), j in zip(slots, judge([(a, b) for _, _, a, b in slots], margin=margin, method=method)):
+            e.vs_best[m] = j
     return cells
 
 

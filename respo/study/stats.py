@@ -53,7 +53,7 @@ from typing import Sequence
 __all__ = ["Welch", "Comparison", "welch_t", "student_t_sf2", "betainc", "bootstrap_diff_ci", "compare",
            "ALPHA", "N_RESAMPLES", "WITHIN_NOISE", "format_p",
            "WelchTest", "Tost", "welch", "tost", "adjust", "verdict", "student_t_cdf", "student_t_ppf",
-           "ADJUST_METHODS", "NO_DIFFERENCE"]
+           "ADJUST_METHODS", "NO_DIFFERENCE", "Judged", "judge"]
 
 #: Significance level of `compare`'s verdict and the bootstrap interval (a 95% interval).
 ALPHA = 0.05
@@ -368,6 +368,55 @@ def verdict(w: WelchTest, eq: Tost | None = None, *, p: float | None = None, p_t
         return f"equivalent within {band}"
     after = " after adjustment" if w.p <= w.alpha else ""
     return f"{NO_DIFFERENCE}{after} ({100 * (1 - w.alpha):g} % CI {w.ci_low:+.3f}, {w.ci_high:+.3f})"
+
+
+@dataclass
+class Judged:
+    """One comparison of a family (`judge`): the tests, their p values adjusted within the family,
+    and `verdict`'s words from the adjusted ones."""
+
+    welch: WelchTest
+    tost: Tost | None
+    p_adj: float  # the two-sided p adjusted within the family (NaN: no test)
+    p_tost_adj: float  # the TOST p adjusted within the family (NaN: no test or no margin)
+    method: str  # `adjust`'s method
+
+    @property
+    def diff(self) -> float:
+        return self.welch.diff
+
+    @property
+    def t(self) -> float:
+        return self.welch.t
+
+    @property
+    def df(self) -> float:
+        return self.welch.df
+
+    @property
+    def p(self) -> float:
+        return self.welch.p
+
+    @property
+    def tested(self) -> bool:
+        return not math.isnan(self.welch.p)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.welch, self.tost, p=self.p_adj,
+                       p_tost=None if self.tost is None else self.p_tost_adj)
+
+
+def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *, margin: float | None = None,
+          method: str = "bh", alpha: float = ALPHA) -> list[Judged]:
+    """Compare each (a, b) of one family: `welch` (and `tost` against ±margin when given), the two-sided
+    p values adjusted together and the TOST p values adjusted together (`adjust`), and each pair's
+    `verdict` from the adjusted ones. Pairs without a test are not members of the family."""
+    tests = [(welch(a, b, alpha=alpha), tost(a, b, margin, alpha=alpha) if margin is not None else None)
+             for a, b in pairs]
+    p_adj = adjust([w.p for w, _ in tests], method)
+    p_tost = adjust([eq.p for _, eq in tests], method) if margin is not None else [math.nan] * len(tests)
+    return [Judged(w, eq, q, qt, method) for (w, eq), q, qt in zip(tests, p_adj, p_tost)]
 
 
 def _fields(w: Welch) -> tuple:
