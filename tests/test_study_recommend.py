@@ -363,3 +363,11 @@ def test_the_late_mean_p_is_shown_under_late_mean_not_the_smaller_of_two(capsys)
     row = next(line for line in out.splitlines() if line.startswith("| 128 | 32 | 8 | respo (0.0001, edge) |"))
     cols = [c.strip() for c in row.strip("|").split("|")]
     assert cols[5:8] == ["0.338", "-0.294", "0.008"] and cols[10:13] == ["0.474", "-0.227", "0.007"]
+
+
+def test_a_utf8_byte_order_mark_is_not_a_missing_column(tmp_path):
+    # spreadsheet programs write a BOM before the first header; "\ufeffobjective" would be "missing objective"
+    path = tmp_path / "runs.csv"
+    path.write_bytes("objective,reuse,lr,seed,updates,finished,late_mean,pass@1\ngrpo,32,3e-05,0,256,True,0.5,0.5\n"
+                     .encode("utf-8-sig"))
+    assert load_rows(path, length=128)[0]["objective"] == "grpo"

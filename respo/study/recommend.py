@@ -146,7 +146,7 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
     path = Path(path)
     rows = []
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # a leading BOM is not part of the header
             reader = csv.DictReader(f)
             header = reader.fieldnames
             if header is None:
