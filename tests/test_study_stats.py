@@ -1,4 +1,5 @@
-"""respo.study.stats: Student-t tails against table values, Welch's test by hand, the bootstrap interval."""
+"""respo.study.stats: Student-t tails and quantiles against table values, Welch's test and interval by hand, the
+bootstrap interval, equivalence (TOST) by hand, Holm and Benjamini–Hochberg by hand, and the verdict wording."""
 
 from __future__ import annotations
 
@@ -81,3 +82,242 @@ def test_format_p_for_tables():
 
     assert format_p(0.0005) == "<0.001" and format_p(0.001) == "0.001" and format_p(0.0123) == "0.012"
     assert format_p(float("nan")) == "—"
+
+
+# --- quantiles, the Welch interval, equivalence (TOST), multiplicity, verdicts -------------------------------------
+#
+# For df = 4 Student's t has a closed-form CDF, used for the hand-worked values below:
+#     F_4(t) = 1/2 + (3/4) · u · (1 − u²/3),   u = t / √(4 + t²)
+# e.g. t = √6: u² = 6/10, F = .5 + .75 · .774597 · .8 = .964758, so P(T_4 >= √6) = .035242.
+
+
+@pytest.mark.parametrize("q, df, t", [(0.975, 4, 2.776445), (0.95, 4, 2.131847), (0.975, 1, 12.706205),
+                                      (0.95, 10, 1.812461), (0.975, 2, 4.302653), (0.025, 4, -2.776445),
+                                      (0.5, 3, 0.0)])
+def test_student_t_quantile_matches_table_values(q, df, t):
+    # printed tables of Student's t quantiles (6 decimals); the 2.5% quantile is minus the 97.5% one
+    from respo.study.stats import student_t_cdf, student_t_ppf
+
+    assert student_t_ppf(q, df) == pytest.approx(t, abs=2e-6)
+    assert student_t_cdf(t, df) == pytest.approx(q, abs=1e-7)
+
+
+def test_student_t_cdf_closed_form_df4_and_edges():
+    from respo.study.stats import student_t_cdf, student_t_ppf
+
+    # F_4(√6) = .964758 (closed form above); F_4(−√6) = 1 − .964758
+    assert student_t_cdf(math.sqrt(6), 4) == pytest.approx(0.964758, abs=1e-6)
+    assert student_t_cdf(-math.sqrt(6), 4) == pytest.approx(0.035242, abs=1e-6)
+    assert student_t_cdf(math.inf, 3) == 1.0 and student_t_cdf(-math.inf, 3) == 0.0
+    assert math.isnan(student_t_cdf(1.0, 0)) and math.isnan(student_t_ppf(0.9, math.nan))
+    with pytest.raises(ValueError):
+        student_t_ppf(1.0, 4)
+
+
+# a = [.50, .52, .54], b = [.49, .51, .53]: means .52 and .51, s² = .0004 on both sides, n = 3 each.
+# diff = .01, se² = .0004/3 + .0004/3 = .00026667, se = .016330, df = se⁴ / (2 · (.0004/3)² / 2) = 4.
+A_EQ, B_EQ = [0.50, 0.52, 0.54], [0.49, 0.51, 0.53]
+
+
+def test_welch_interval_by_hand():
+    from respo.study.stats import welch
+
+    # t = .01/.016330 = .612372 (t² = .375): u² = .375/4.375, F_4 = .5 + .75·.292770·(1 − .375/13.125) = .713304,
+    # two-sided p = 2·(1 − .713304) = .573392. 95% CI: .01 ± t_.975(4)·se = .01 ± 2.776445·.016330 = .01 ± .045339
+    w = welch(A_EQ, B_EQ)
+    assert w.diff == pytest.approx(0.01) and w.df == pytest.approx(4.0) and w.se == pytest.approx(0.016330, abs=1e-6)
+    assert w.t == pytest.approx(0.612372, abs=1e-6) and w.p == pytest.approx(0.573392, abs=1e-6)
+    assert (w.ci_low, w.ci_high) == (pytest.approx(-0.035339, abs=1e-6), pytest.approx(0.055339, abs=1e-6))
+    # the same test as welch_t (kept): a = [1, 2, 3], b = [4, 5, 6], p = .021312; 90% CI −3 ± 2.131847·.816497
+    # = −3 ± 1.740646
+    w = welch([1, 2, 3], [4, 5, 6], alpha=0.10)
+    assert w.p == welch_t([1, 2, 3], [4, 5, 6]).p and w.alpha == 0.10
+    assert (w.ci_low, w.ci_high) == (pytest.approx(-4.740646, abs=1e-6), pytest.approx(-1.259354, abs=1e-6))
+    # one value on a side: no test, no interval
+    w = welch([0.5], [0.4, 0.3])
+    assert math.isnan(w.p) and math.isnan(w.ci_low) and math.isnan(w.se) and w.n_a == 1
+    # zero spread on both sides: the interval is the point itself
+    w = welch([1.0, 1.0], [0.0, 0.0])
+    assert (w.ci_low, w.ci_high, w.p) == (1.0, 1.0, 0.0)
+
+
+def test_tost_equivalent_within_a_wide_margin_by_hand():
+    from respo.study.stats import tost
+
+    # δ = .05: lower test H0 diff <= −δ: t_l = (.01 + .05)/.016330 = 3.674235, p_l = P(T_4 >= 3.674) = .021312/2
+    # = .010656; upper test H0 diff >= δ: t_u = (.01 − .05)/.016330 = −√6, p_u = P(T_4 <= −√6) = .035242.
+    # TOST p = max = .035242 <= .05: equivalent. Its 90% CI .01 ± 2.131847·.016330 = (−.024813, .044813) lies in ±.05.
+    r = tost(A_EQ, B_EQ, 0.05)
+    assert r.margin == 0.05 and r.df == pytest.approx(4.0) and r.diff == pytest.approx(0.01)
+    assert r.t_lower == pytest.approx(3.674235, abs=1e-6) and r.t_upper == pytest.approx(-math.sqrt(6), abs=1e-6)
+    assert r.p_lower == pytest.approx(0.010656, abs=1e-6) and r.p_upper == pytest.approx(0.035242, abs=1e-6)
+    assert r.p == r.p_upper and r.equivalent
+    assert (r.ci90_low, r.ci90_high) == (pytest.approx(-0.024813, abs=1e-6), pytest.approx(0.044813, abs=1e-6))
+    assert (r.ci95_low, r.ci95_high) == (pytest.approx(-0.035339, abs=1e-6), pytest.approx(0.055339, abs=1e-6))
+
+
+def test_tost_not_equivalent_within_a_narrow_margin_by_hand():
+    from respo.study.stats import tost
+
+    # δ = .03: t_l = .04/.016330 = √6, p_l = .035242; t_u = −.02/.016330 = −1.224745 (t² = 1.5):
+    # F_4(1.224745) = .5 + .75·√(1.5/5.5)·(1 − 1.5/16.5) = .856068, p_u = .143932. TOST p = .143932 > .05:
+    # not shown equivalent (the 90% CI's upper end .044813 passes +.03), and not different either (p = .573).
+    r = tost(A_EQ, B_EQ, 0.03)
+    assert r.p_lower == pytest.approx(0.035242, abs=1e-6) and r.p_upper == pytest.approx(0.143932, abs=1e-6)
+    assert r.p == pytest.approx(0.143932, abs=1e-6) and not r.equivalent
+    # the test is symmetric: swapping the sides swaps the two one-sided tests
+    s = tost(B_EQ, A_EQ, 0.03)
+    assert s.p_lower == pytest.approx(r.p_upper) and s.p_upper == pytest.approx(r.p_lower) and s.p == pytest.approx(r.p)
+
+
+def test_tost_unequal_variances_and_degenerate_cases():
+    from respo.study.stats import student_t_cdf, tost
+
+    # a = [1, 2, 3, 4], b = [2, 4] (test_welch_by_hand): diff −.5, se = √(17/12) = 1.190238, df = 1.897155.
+    # δ = 3: t_l = 2.5/1.190238 = 2.100420, t_u = −3.5/1.190238 = −2.940588, one-sided tails at df 1.897155
+    r = tost([1, 2, 3, 4], [2, 4], 3.0)
+    assert r.df == pytest.approx(1.897155, abs=1e-6)
+    assert r.t_lower == pytest.approx(2.100420, abs=1e-6) and r.t_upper == pytest.approx(-2.940588, abs=1e-6)
+    assert r.p_lower == pytest.approx(1 - student_t_cdf(2.100420, 1.897155), abs=1e-6)
+    assert r.p_upper == pytest.approx(student_t_cdf(-2.940588, 1.897155), abs=1e-6)
+    assert r.p == max(r.p_lower, r.p_upper) and r.equivalent == (r.p <= 0.05)
+    with pytest.raises(ValueError):
+        tost([1, 2], [1, 2], 0.0)  # a margin must be positive
+    one = tost([0.5], [0.4, 0.3], 0.1)  # one seed: no test
+    assert math.isnan(one.p) and not one.equivalent
+    flat = tost([1.0, 1.0], [1.02, 1.02], 0.03)  # zero spread, |diff| = .02 < δ: exactly equivalent
+    assert flat.p == 0.0 and flat.equivalent
+    assert tost([1.0, 1.0], [1.05, 1.05], 0.03).p == 1.0  # zero spread, |diff| = .05 > δ
+
+
+# Holm (step-down) and Benjamini–Hochberg (step-up) by hand, p = [.01, .04, .03, .20], m = 4.
+# Sorted: .01 (#0), .03 (#2), .04 (#1), .20 (#3).
+#   Holm: 4·.01 = .04; 3·.03 = .09; 2·.04 = .08 -> running max .09; 1·.20 = .20       -> [.04, .09, .09, .20]
+#   BH, from the largest: .20·4/4 = .20; .04·4/3 = .05333; .03·4/2 = .06 -> running min .05333;
+#       .01·4/1 = .04                                                                  -> [.04, .05333, .05333, .20]
+@pytest.mark.parametrize("method, expected", [("holm", [0.04, 0.09, 0.09, 0.20]),
+                                              ("bh", [0.04, 0.16 / 3, 0.16 / 3, 0.20])])
+def test_adjust_by_hand(method, expected):
+    from respo.study.stats import adjust
+
+    assert adjust([0.01, 0.04, 0.03, 0.20], method) == pytest.approx(expected, abs=1e-12)
+
+
+def test_adjust_ties_cap_nan_and_bad_input():
+    from respo.study.stats import adjust
+
+    # ties: [.02, .02, .5]. Holm: 3·.02 = .06, 2·.02 = .04 -> .06, .5 -> [.06, .06, .5];
+    # BH: .5; .02·3/2 = .03; .02·3/1 = .06 -> min .03 -> [.03, .03, .5]. Tied p's get one adjusted value.
+    assert adjust([0.02, 0.02, 0.5], "holm") == pytest.approx([0.06, 0.06, 0.5])
+    assert adjust([0.02, 0.02, 0.5], "bh") == pytest.approx([0.03, 0.03, 0.5])
+    # the cap at 1: Holm [.6, .7]: 2·.6 = 1.2 -> 1, then max(1, .7) = 1; BH: .7, min(2·.6, .7) = .7
+    assert adjust([0.6, 0.7], "holm") == [1.0, 1.0] and adjust([0.6, 0.7], "bh") == pytest.approx([0.7, 0.7])
+    assert adjust([1.0, 1.0, 1.0], "holm") == [1.0, 1.0, 1.0] and adjust([1.0, 1.0], "bh") == [1.0, 1.0]
+    # an undefined p (no test) is not a member of the family: m counts the defined ones, NaN stays NaN.
+    # Holm over [.01, .04] (m = 2): [.02, .04]
+    out = adjust([0.01, math.nan, 0.04], "holm")
+    assert out[0] == pytest.approx(0.02) and math.isnan(out[1]) and out[2] == pytest.approx(0.04)
+    assert adjust([], "bh") == [] and adjust([0.3], "holm") == [0.3]
+    # adjusted p's are never below the raw ones and keep their order
+    ps = [0.001, 0.2, 0.049, 0.3, 0.011, 0.04]
+    for m in ("holm", "bh"):
+        adj = adjust(ps, m)
+        assert all(q >= p for p, q in zip(ps, adj))
+        assert [i for i, _ in sorted(enumerate(ps), key=lambda x: x[1])] == \
+            [i for i, _ in sorted(enumerate(adj), key=lambda x: (x[1], ps[x[0]]))]
+    # Holm (FWER) is never less strict than BH (FDR): its i-th multiplier (m − i + 1) >= m/i, as (i − 1)(m − i) >= 0
+    assert all(h >= q for h, q in zip(adjust(ps, "holm"), adjust(ps, "bh")))
+    with pytest.raises(ValueError, match="method"):
+        adjust([0.1], "bonferroni-ish")
+    with pytest.raises(ValueError, match="p value"):
+        adjust([0.1, 1.5], "holm")
+
+
+def test_adjust_matches_scipy_and_statsmodels():
+    # Cross-check against the libraries where they are installed (neither is a dependency of respo).
+    from respo.study.stats import adjust
+
+    stats = pytest.importorskip("scipy.stats") if _has("scipy") else None
+    multitest = pytest.importorskip("statsmodels.stats.multitest") if _has("statsmodels") else None
+    if stats is None and multitest is None:
+        pytest.skip("neither scipy nor statsmodels is installed")
+    families = [[0.01, 0.04, 0.03, 0.20], [0.02, 0.02, 0.5], [0.6, 0.7], [0.001, 0.2, 0.049, 0.3, 0.011, 0.04],
+                [0.008, 0.0001, 0.012, 0.004, 0.045, 0.041, 0.054, 0.059, 0.14, 0.9, 1.0]]
+    for ps in families:
+        if stats is not None:
+            assert adjust(ps, "bh") == pytest.approx(list(stats.false_discovery_control(ps, method="bh")), abs=1e-12)
+        if multitest is not None:
+            for ours, theirs in (("holm", "holm"), ("bh", "fdr_bh")):
+                assert adjust(ps, ours) == pytest.approx(list(multitest.multipletests(ps, method=theirs)[1]),
+                                                         abs=1e-12)
+
+
+def test_welch_interval_and_tost_match_scipy_and_statsmodels():
+    # scipy's Welch test and interval, statsmodels' TOST with unequal variances (where installed)
+    from respo.study.stats import tost, welch
+
+    samples = [(A_EQ, B_EQ), ([1, 2, 3, 4], [2, 4]), ([0.332, 0.30, 0.36], [0.62, 0.64, 0.60, 0.63]),
+               ([0.5, 0.55, 0.61, 0.58, 0.49], [0.52, 0.5])]
+    if _has("scipy"):
+        from scipy import stats
+
+        for a, b in samples:
+            w, ref = welch(a, b), stats.ttest_ind(a, b, equal_var=False)
+            ci = ref.confidence_interval(0.95)
+            assert (w.p, w.ci_low, w.ci_high) == pytest.approx((ref.pvalue, ci.low, ci.high), abs=1e-10)
+    if _has("statsmodels"):
+        from statsmodels.stats.weightstats import ttost_ind
+
+        for a, b in samples:
+            for margin in (0.03, 0.1, 3.0):
+                r, (p, lower, upper) = tost(a, b, margin), ttost_ind(a, b, -margin, margin, usevar="unequal")
+                assert (r.p, r.p_lower, r.p_upper) == pytest.approx((p, lower[1], upper[1]), abs=1e-10)
+    if not (_has("scipy") or _has("statsmodels")):
+        pytest.skip("neither scipy nor statsmodels is installed")
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    # two-sided test rejects (p = .0213 <= .05): a is worse / better
+    (dict(a=[1, 2, 3], b=[4, 5, 6]), "worse"),
+    (dict(a=[4, 5, 6], b=[1, 2, 3]), "better"),
+    # ... but not after adjustment (adjusted p .09 > .05): the raw interval is given and the adjustment named
+    (dict(a=[1, 2, 3], b=[4, 5, 6], p=0.09), "no difference detected after adjustment (95 % CI -5.267, -0.733)"),
+    # TOST rejects at δ = .05 (p = .0352) and the two-sided test does not (p = .573)
+    (dict(a=A_EQ, b=B_EQ, margin=0.05), "equivalent within ±0.05"),
+    # TOST p .0352 adjusted to .07: not shown equivalent any more
+    (dict(a=A_EQ, b=B_EQ, margin=0.05, p_tost=0.07), "no difference detected (95 % CI -0.035, +0.055)"),
+    (dict(a=A_EQ, b=B_EQ, margin=0.03), "no difference detected (95 % CI -0.035, +0.055)"),
+    (dict(a=A_EQ, b=B_EQ), "no difference detected (95 % CI -0.035, +0.055)"),
+    # one value on a side: no test, no verdict
+    (dict(a=[0.5], b=[0.4, 0.3], margin=0.05), "no test (n = 1)"),
+    (dict(a=[], b=[0.4, 0.3]), "no test (n = 0)"),
+])
+def test_verdict_wording(kwargs, expected):
+    from respo.study.stats import tost, verdict, welch
+
+    a, b, margin = kwargs.pop("a"), kwargs.pop("b"), kwargs.pop("margin", None)
+    # 95% CI of [1,2,3] − [4,5,6]: −3 ± 2.776445·.816497 = (−5.266958, −.733042)
+    assert verdict(welch(a, b), tost(a, b, margin) if margin else None, **kwargs) == expected
+
+
+def test_verdict_different_and_equivalent_says_both():
+    from respo.study.stats import tost, verdict, welch
+
+    # a tiny but clear difference inside a wide margin: a = [1.00, 1.01, 1.02] vs b = [1.05, 1.06, 1.07]
+    # (diff −.05, se = .008165, t = −6.124, p ≈ .0036) with δ = .2: both tests reject
+    a, b = [1.00, 1.01, 1.02], [1.05, 1.06, 1.07]
+    assert verdict(welch(a, b), tost(a, b, 0.2)) == "worse (by less than 0.2: equivalent within ±0.2)"
+
+
+def test_n3_rank_test_floor_is_stated():
+    # with 3 seeds a side the exact two-sided Mann–Whitney p is at least 2/C(6,3) = 2/20 = .10 (the most
+    # extreme of the 20 equally likely splits, on either side): the docstring must say so
+    import respo.study.stats as s
+
+    assert math.comb(6, 3) == 20 and "p < .10" in s.__doc__ and "normal" in s.__doc__

@@ -3,16 +3,44 @@
 Two objectives are compared on one number per seed (e.g. late mean). With samples a (n_a values)
 and b (n_b values), sample means m and sample variances s² (ddof = 1):
 
-    Welch's t     t  = (m_a − m_b) / √(s_a²/n_a + s_b²/n_b)
+    difference    d  = m_a − m_b,   se = √(s_a²/n_a + s_b²/n_b)
+    Welch's t     t  = d / se
     df (Welch–Satterthwaite)
-                  ν  = (s_a²/n_a + s_b²/n_b)² / ((s_a²/n_a)²/(n_a − 1) + (s_b²/n_b)²/(n_b − 1))
+                  ν  = se⁴ / ((s_a²/n_a)²/(n_a − 1) + (s_b²/n_b)²/(n_b − 1))
     two-sided p   p  = P(|T_ν| ≥ |t|) = I_{ν/(ν+t²)}(ν/2, 1/2)
+    (1 − α) CI    d ± t_{1−α/2, ν} · se
 
-with I_x(a, b) the regularized incomplete beta function (continued fraction, modified Lentz).
+with I_x(a, b) the regularized incomplete beta function (continued fraction, modified Lentz) and
+t_{q, ν} the Student-t quantile (`student_t_ppf`, bisection on the CDF).
+
+Equivalence within a margin δ > 0 (`tost`, two one-sided tests, Schuirmann 1987):
+
+    lower  H0: d ≤ −δ    t_l = (d + δ)/se,   p_l = P(T_ν ≥ t_l)
+    upper  H0: d ≥ +δ    t_u = (d − δ)/se,   p_u = P(T_ν ≤ t_u)
+    TOST p = max(p_l, p_u);  equivalent within ±δ at level α  ⇔  p ≤ α
+             ⇔  the (1 − 2α) interval d ± t_{1−α, ν} · se lies inside (−δ, δ)   (a 90 % CI for α = .05)
+
+Multiplicity (`adjust`) over a family of m p values sorted p_(1) ≤ … ≤ p_(m):
+
+    Holm (family-wise error, step-down)   p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j))
+    Benjamini–Hochberg (false discovery rate, step-up)
+                                          p̃_(i) = min_{j ≥ i} min(1, m/j · p_(j))
+
+`verdict` turns the tests into the words every table uses: "worse"/"better" only when the
+(adjusted) two-sided test rejects, "equivalent within ±δ" only when the (adjusted) TOST rejects,
+otherwise "no difference detected (95 % CI lo, hi)", and "no test (n = k)" when a side has fewer
+than two values. A failure to find a difference is never called a tie.
+
+Assumptions and limits. The t tests assume each side's per-seed values are normal (independent
+seeds, unequal variances allowed); with three seeds per side normality cannot be checked, and no
+rank test can replace it: the exact two-sided Mann–Whitney test of 3 against 3 has 20 equally likely
+splits, so its smallest p is 2/20 = .10, i.e. no rank test reaches p < .10 at n = 3 per side.
+
 `bootstrap_diff_ci` is the percentile bootstrap interval of m_a − m_b: resample each group with
 replacement, ``n_resamples`` times, from a seeded generator, and take the α/2 and 1 − α/2 quantiles.
-`compare` bundles both with a verdict; with three seeds per side p > 0.05 is common, and then the
-difference is reported as "within noise".
+`compare` bundles Welch's test and the bootstrap interval with a verdict ("a < b", "a > b", or
+"within noise" when p > α); it is kept for existing callers, new tables use `welch`, `tost`,
+`adjust` and `verdict`.
 """
 
 from __future__ import annotations
@@ -23,7 +51,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["Welch", "Comparison", "welch_t", "student_t_sf2", "betainc", "bootstrap_diff_ci", "compare",
-           "ALPHA", "N_RESAMPLES", "WITHIN_NOISE"]
+           "ALPHA", "N_RESAMPLES", "WITHIN_NOISE", "format_p",
+           "WelchTest", "Tost", "welch", "tost", "adjust", "verdict", "student_t_cdf", "student_t_ppf",
+           "ADJUST_METHODS", "NO_DIFFERENCE"]
 
 #: Significance level of `compare`'s verdict and the bootstrap interval (a 95% interval).
 ALPHA = 0.05
@@ -31,6 +61,10 @@ ALPHA = 0.05
 N_RESAMPLES = 10_000
 #: `compare`'s verdict when p > ALPHA (or p is undefined: fewer than two values on a side).
 WITHIN_NOISE = "within noise"
+#: `adjust`'s methods and what each controls.
+ADJUST_METHODS = {"holm": "Holm (family-wise error rate)", "bh": "Benjamini–Hochberg (false discovery rate)"}
+#: `verdict`'s words when neither the two-sided test nor the equivalence test rejects.
+NO_DIFFERENCE = "no difference detected"
 
 _CF_MAX_ITER = 100_000  # the continued fraction needs O(√max(a, b)) terms near x ≈ a/(a+b)
 _CF_EPS = 1e-15
@@ -82,6 +116,35 @@ def student_t_sf2(t: float, df: float) -> float:
     if math.isinf(t):
         return 0.0
     return betainc(df / (df + t * t), df / 2.0, 0.5)
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T_df ≤ t) = 1 − ½·P(|T| ≥ t) for t ≥ 0, ½·P(|T| ≥ |t|) for t < 0 (NaN for df ≤ 0 or NaN input)."""
+    if math.isnan(t) or math.isnan(df) or df <= 0:
+        return math.nan
+    half_tail = 0.5 * student_t_sf2(t, df)
+    return 1.0 - half_tail if t >= 0 else half_tail
+
+
+def student_t_ppf(q: float, df: float) -> float:
+    """The Student-t quantile t_{q, df}: the t with P(T_df ≤ t) = q, for 0 < q < 1 (bisection on the CDF)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"student_t_ppf needs 0 < q < 1, got {q}")
+    if math.isnan(df) or df <= 0:
+        return math.nan
+    if q == 0.5:
+        return 0.0
+    if q < 0.5:  # symmetric: t_{q} = −t_{1−q}
+        return -student_t_ppf(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while student_t_cdf(hi, df) < q:  # bracket: the CDF is increasing in t
+        lo, hi = hi, 2.0 * hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if student_t_cdf(mid, df) < q else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def _mean_var(xs: Sequence[float]) -> tuple[float, float, int]:
@@ -175,3 +238,143 @@ def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA, n_r
     else:
         verdict = "a > b" if w.diff > 0 else "a < b"
     return Comparison(w.diff, w.t, w.df, w.p, w.n_a, w.n_b, lo, hi, verdict)
+
+
+@dataclass(frozen=True)
+class WelchTest(Welch):
+    """`welch`'s result: Welch's test (its fields), the standard error ``se`` of the difference and the
+    two-sided (1 − ``alpha``) interval ``diff ± t_{1−alpha/2, df}·se`` (NaN where there is no test)."""
+
+    se: float
+    ci_low: float
+    ci_high: float
+    alpha: float
+
+
+def welch(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA) -> WelchTest:
+    """Welch's two-sided t-test of mean(a) − mean(b) with its (1 − alpha) confidence interval (module
+    docstring; assumes normal per-seed values). Same t, df and p as `welch_t`; with zero spread on
+    both sides the interval is the difference itself."""
+    w = welch_t(a, b)
+    if math.isnan(w.p):
+        return WelchTest(*_fields(w), math.nan, math.nan, math.nan, alpha)
+    se = _se(a, b)
+    half = 0.0 if se == 0.0 else student_t_ppf(1.0 - alpha / 2.0, w.df) * se
+    return WelchTest(*_fields(w), se, w.diff - half, w.diff + half, alpha)
+
+
+@dataclass(frozen=True)
+class Tost:
+    """`tost`'s result: the two one-sided Welch tests against ±``margin`` (module docstring)."""
+
+    diff: float
+    se: float
+    df: float
+    margin: float
+    n_a: int
+    n_b: int
+    t_lower: float  # (diff + margin) / se, tests H0: diff <= −margin
+    t_upper: float  # (diff − margin) / se, tests H0: diff >= +margin
+    p_lower: float
+    p_upper: float
+    p: float  # max(p_lower, p_upper)
+    ci90_low: float  # the (1 − 2·alpha) interval TOST uses (90 % for alpha = .05)
+    ci90_high: float
+    ci95_low: float  # the two-sided (1 − alpha) interval (95 % for alpha = .05)
+    ci95_high: float
+    alpha: float
+
+    @property
+    def equivalent(self) -> bool:
+        """Equivalent within ±margin at level alpha: both one-sided tests reject (p ≤ alpha)."""
+        return not math.isnan(self.p) and self.p <= self.alpha
+
+
+def tost(a: Sequence[float], b: Sequence[float], margin: float, *, alpha: float = ALPHA) -> Tost:
+    """Two one-sided Welch tests of |mean(a) − mean(b)| < margin (module docstring; assumes normal
+    per-seed values). NaN p (never equivalent) with fewer than two values on a side. With zero
+    spread on both sides the difference is known exactly: p = 0 when |diff| < margin, else 1."""
+    if not margin > 0 or math.isinf(margin):
+        raise ValueError(f"an equivalence margin must be a positive number, got {margin}")
+    w = welch_t(a, b)
+    nan = math.nan
+    if math.isnan(w.p):
+        return Tost(w.diff, nan, nan, margin, w.n_a, w.n_b, nan, nan, nan, nan, nan, nan, nan, nan, nan, alpha)
+    se, d = _se(a, b), w.diff
+    if se == 0.0:
+        p = 0.0 if abs(d) < margin else 1.0
+        inf = math.inf
+        return Tost(d, 0.0, w.df, margin, w.n_a, w.n_b, inf if d > -margin else -inf, -inf if d < margin else inf,
+                    p if d > -margin else 1.0, p if d < margin else 1.0, p, d, d, d, d, alpha)
+    t_l, t_u = (d + margin) / se, (d - margin) / se
+    p_l, p_u = 1.0 - student_t_cdf(t_l, w.df), student_t_cdf(t_u, w.df)
+    h90 = student_t_ppf(1.0 - alpha, w.df) * se
+    h95 = student_t_ppf(1.0 - alpha / 2.0, w.df) * se
+    return Tost(d, se, w.df, margin, w.n_a, w.n_b, t_l, t_u, p_l, p_u, max(p_l, p_u), d - h90, d + h90,
+                d - h95, d + h95, alpha)
+
+
+def adjust(pvals: Sequence[float], method: str = "holm") -> list[float]:
+    """Multiplicity-adjusted p values of one family, in the input order (module docstring).
+
+    ``method`` is ``"holm"`` (family-wise error) or ``"bh"`` (Benjamini–Hochberg, false discovery
+    rate). Ties get one adjusted value; adjusted values are capped at 1. A NaN p (no test was
+    possible) is not a member of the family: it stays NaN and m counts the defined p values only.
+    """
+    if method not in ADJUST_METHODS:
+        raise ValueError(f"unknown adjustment method {method!r}; expected one of {', '.join(ADJUST_METHODS)}")
+    ps = [float(p) for p in pvals]
+    bad = [p for p in ps if not math.isnan(p) and not 0.0 <= p <= 1.0]
+    if bad:
+        raise ValueError(f"a p value must lie in [0, 1], got {bad[0]}")
+    idx = sorted((i for i, p in enumerate(ps) if not math.isnan(p)), key=lambda i: ps[i])  # p_(1) ≤ … ≤ p_(m)
+    m = len(idx)
+    out = list(ps)
+    if method == "holm":
+        running = 0.0
+        for rank, i in enumerate(idx, start=1):
+            running = max(running, min(1.0, (m - rank + 1) * ps[i]))
+            out[i] = running
+    else:
+        running = 1.0
+        for rank in range(m, 0, -1):
+            i = idx[rank - 1]
+            running = min(running, min(1.0, m / rank * ps[i]))
+            out[i] = running
+    return out
+
+
+def verdict(w: WelchTest, eq: Tost | None = None, *, p: float | None = None, p_tost: float | None = None) -> str:
+    """The words a table prints for a − b (module docstring).
+
+    ``w`` is `welch`'s result and ``eq`` `tost`'s, or None when no margin is stated; ``p`` and
+    ``p_tost`` replace their p values by the family's adjusted ones (`adjust`). Each test rejects at
+    its own ``alpha``. Returns "no test (n = k)" with k the smaller side when either has fewer than
+    two values; "worse" or "better" when the two-sided p ≤ alpha (adding "(by less than δ:
+    equivalent within ±δ)" when the equivalence test rejects too); "equivalent within ±δ" when only
+    the equivalence test rejects; otherwise "no difference detected (95 % CI lo, hi)" with Welch's
+    (1 − alpha) interval, "after adjustment" added when the raw p rejects and the adjusted one does not.
+    """
+    n = min(w.n_a, w.n_b)
+    if n < 2 or math.isnan(w.p):
+        return f"no test (n = {n})"
+    p_two = w.p if p is None else p
+    equivalent = eq is not None and not math.isnan(eq.p) and (eq.p if p_tost is None else p_tost) <= eq.alpha
+    band = f"±{eq.margin:g}" if eq is not None else ""
+    if p_two <= w.alpha:
+        word = "worse" if w.diff < 0 else "better"
+        return f"{word} (by less than {eq.margin:g}: equivalent within {band})" if equivalent else word
+    if equivalent:
+        return f"equivalent within {band}"
+    after = " after adjustment" if w.p <= w.alpha else ""
+    return f"{NO_DIFFERENCE}{after} ({100 * (1 - w.alpha):g} % CI {w.ci_low:+.3f}, {w.ci_high:+.3f})"
+
+
+def _fields(w: Welch) -> tuple:
+    return (w.diff, w.t, w.df, w.p, w.n_a, w.n_b)
+
+
+def _se(a: Sequence[float], b: Sequence[float]) -> float:
+    _, va, na = _mean_var(a)
+    _, vb, nb = _mean_var(b)
+    return math.sqrt(va / na + vb / nb)
