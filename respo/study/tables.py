@@ -19,10 +19,20 @@ step has log W = 0 exactly), and over all updates otherwise:
 ``calib``: one row per run (a calibration sweep). ``headline``: per (lr, N, objective) mean ± sample
 std over seeds, then each objective against the best baseline of its (lr, N) (GRPO or VESPO, by mean
 late mean) on late mean and held-out pass@1 with Welch's t-test, its 95 % interval, the p value
-adjusted within the table (Holm by default), the two one-sided tests of equivalence within ±δ
-(``--margin``), and the verdict of `respo.study.stats.verdict` from the adjusted p values; last, the
+adjusted within the table (Benjamini–Hochberg by default, ``--adjust holm``), the two one-sided
+tests of equivalence within ±δ (``--margin``), and the verdict of `respo.study.stats.verdict` from the adjusted p values; last, the
 mean score of each rollout step. The tests assume normal per-seed values; with three seeds that
 cannot be checked, and no rank test can reach p < .10 at three seeds per side.
+
+``regime``: per response length (``LENGTH=runs.csv`` arguments) and learning rate, the on-policy
+control (GRPO at N = 1: late mean, held-out pass@1) next to GRPO's stale-update diagnostics at the
+largest N (fraction of stale positives and of stale negatives with log W < −1, log W p10, k3 KL per
+token, per-token entropy late in the run, and the same-batch ReSPO / VESPO mass shares), each a mean
+over the seeds run (n).
+
+``fill FILE.md``: regenerate, in place, every block of a markdown file that starts with a line
+``<!-- respo table ARGS -->`` and ends with ``<!-- /respo table -->``: the lines between become
+the output of ``respo table ARGS`` (paths relative to the current directory).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
-           "read_rows", "calib_table", "headline_tables", "add_arguments", "run"]
+           "read_rows", "calib_table", "headline_tables", "regime_table", "fill", "add_arguments", "run"]
 
 #: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
 CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
@@ -61,9 +71,10 @@ _TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_ag
 _INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
 _BOOL = {"routing_replay", "finished"}
 BASELINES = ("grpo", "vespo")
-#: Equivalence margin of ``respo table headline`` unless ``--margin`` says otherwise: 0.05 of the
-#: normalised score (five points of training score or of held-out pass@1).
-MARGIN = 0.05
+#: Equivalence margin δ of ``respo table headline`` unless ``--margin`` says otherwise: 0.03 of the
+#: normalised score (3 points of training score or of held-out pass@1, about one seed-to-seed
+#: standard deviation of a run in the committed studies; the same default as ``respo recommend``).
+MARGIN = 0.03
 
 
 class TableError(RespoError):
@@ -203,7 +214,7 @@ def calib_table(rows: list[dict], absent: set[str] = frozenset()) -> list[str]:
 
 def _ms(xs: list[float], digits: int = 3) -> str:
     m, s, n = mean_std(xs)
-    return f"{_f(m, digits)} ± {_f(s, digits)} ({n})"
+    return f"{_f(m, digits)} ({n})" if n < 2 else f"{_f(m, digits)} ± {_f(s, digits)} ({n})"
 
 
 def _mean(xs: list[float]) -> float:
@@ -216,7 +227,7 @@ _HEAD_COLS = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "same_batch_respo
 
 
 def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin: float = MARGIN,
-                    method: str = "holm") -> list[str]:
+                    method: str = "bh") -> list[str]:
     """The headline cell's three tables (module docstring) from finished runs' rows."""
     from respo.study.stats import ADJUST_METHODS, adjust, format_p, tost, verdict, welch
 
@@ -275,13 +286,93 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
     return out
 
 
+def regime_table(inputs: Sequence[tuple[int, list[dict], set[str]]]) -> list[str]:
+    """Per (response length, lr): GRPO at N = 1 and GRPO's stale diagnostics at the largest N
+    (module docstring), at the budget most of those runs have. ``inputs``: (length, rows, absent
+    columns) per runs.csv."""
+    cols = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "stale_mean:log_w/p10", "stale_mean:kl_k3",
+            "entropy_late", "same_batch_respo_mass_share", "same_batch_vespo_mass_share")
+    digits = {"stale_mean:frac_pos_low_w": 4, "pooled_neg_low_w": 4, "stale_mean:log_w/p10": 2,
+              "stale_mean:kl_k3": 4, "same_batch_respo_mass_share": 4, "same_batch_vespo_mass_share": 4}
+    out = []
+    absent_all: set[str] = set()
+    for length, rows, absent in inputs:
+        fin = [r for r in rows if r["finished"] and r["objective"] == "grpo" and not r["routing_replay"]]
+        nmax = max((r["reuse"] for r in fin), default=None)
+        if nmax is None or nmax == 1:
+            continue
+        budgets = [r["updates"] for r in fin if r["reuse"] == nmax]
+        fin = [r for r in fin if r["updates"] == max(set(budgets), key=budgets.count)]  # one budget: the most run
+        if not out:
+            out = [f"| response tokens | lr | GRPO N = 1: late mean | N = 1: pass@1 | GRPO N = {nmax}: seeds | "
+                   "stale positives log W<−1 | stale negatives log W<−1 | log W p10 | k3 KL per token | "
+                   "entropy (late) | ReSPO / VESPO share (same batch) |", "|" + "---|" * 11]
+        absent_all |= absent
+        for lr in sorted({r["lr"] for r in fin if r["reuse"] == nmax}):
+            on = [r for r in fin if r["reuse"] == 1 and r["lr"] == lr]
+            st = [r for r in fin if r["reuse"] == nmax and r["lr"] == lr]
+            v = {c: _f(_mean([r[c] for r in st]), digits.get(c, 3)) for c in cols}
+            on_cells = (f"{_ms([r['late_mean'] for r in on])} | {_ms([r['pass@1'] for r in on])}" if on else "— | —")
+            out.append(f"| {length} | {lr:g} | {on_cells} | {len(st)} | {v[cols[0]]} | {v[cols[1]]} | {v[cols[2]]} | "
+                       f"{v[cols[3]]} | {v[cols[4]]} | {v[cols[5]]} / {v[cols[6]]} |")
+    if not out:
+        raise TableError("no GRPO runs at N > 1 in the given runs.csv files")
+    return out + _absent_note(absent_all, cols)
+
+
+def fill(path: Path) -> int:
+    """Regenerate every ``<!-- respo table ARGS -->`` ... ``<!-- /respo table -->`` block of ``path`` in
+    place (module docstring); returns how many blocks were filled."""
+    import contextlib
+    import io
+    import shlex
+
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TableError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    out, i, n = [], 0, 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        if not (line.startswith("<!-- respo table ") and line.rstrip().endswith("-->")):
+            continue
+        end = next((j for j in range(i, len(lines)) if lines[j].strip() == "<!-- /respo table -->"), None)
+        if end is None:
+            raise TableError(f"{path}: line {i}: no closing <!-- /respo table --> for {line.strip()}")
+        argv = shlex.split(line.strip()[len("<!-- respo table "):-len("-->")])
+        p = argparse.ArgumentParser(prog="respo table", add_help=False, exit_on_error=False)
+        add_arguments(p)
+        try:
+            args = p.parse_args(argv)
+        except (argparse.ArgumentError, SystemExit):
+            raise TableError(f"{path}: line {i}: bad table arguments: {' '.join(argv)}") from None
+        if args.kind == "fill":
+            raise TableError(f"{path}: line {i}: a fill block cannot fill files")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            run(args)
+        out += buf.getvalue().rstrip("\n").split("\n")
+        out.append(lines[end])
+        i, n = end + 1, n + 1
+    path.write_text("\n".join(out), encoding="utf-8")
+    return n
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=("calib", "headline"), help="calib: one row per run; headline: objectives over seeds")
-    p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories")
+    p.add_argument("kind", choices=("calib", "headline", "regime", "fill"),
+                   help="calib: one row per run; headline: objectives over seeds; regime: GRPO's log W spread per "
+                        "response length and lr (LENGTH=runs.csv arguments); fill: regenerate the table blocks of "
+                        "markdown files")
+    p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
+                                            "fill: markdown files)")
     p.add_argument("--margin", type=float, default=MARGIN, help=f"equivalence margin δ of the headline table "
                    f"(default {MARGIN:g})")
-    p.add_argument("--adjust", choices=("holm", "bh"), default="holm",
-                   help="multiplicity adjustment within the headline table (default holm)")
+    p.add_argument("--adjust", choices=("holm", "bh"), default="bh",
+                   help="multiplicity adjustment within the headline table (default bh: Benjamini–Hochberg)")
+    p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
+    p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
     p.add_argument("--objectives", default=None, help="comma-separated objectives to keep (default: all)")
     p.add_argument("--reuse", type=int, default=None, help="keep runs with this N only")
     p.add_argument("--lrs", default=None, help="comma-separated learning rates to keep (default: all)")
@@ -289,7 +380,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
-    keep = rows
+    keep = [r for r in rows if r["model"] == args.model and r["group_size"] == args.group_size]
     if args.objectives:
         objs = set(args.objectives.split(","))
         keep = [r for r in keep if r["objective"] in objs]
@@ -304,7 +395,7 @@ def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
     if args.updates is not None:
         keep = [r for r in keep if r["updates"] == args.updates]
     if not keep:
-        raise TableError("no run left after the --objectives/--reuse/--lrs/--updates selection")
+        raise TableError("no run left after the --model/--group-size/--objectives/--reuse/--lrs/--updates selection")
     return keep
 
 
@@ -312,6 +403,20 @@ def run(args: argparse.Namespace) -> int:
     """Print the table ``args.kind`` of the runs under ``args.paths``; bad input raises `TableError`."""
     if not args.margin > 0 or math.isinf(args.margin):
         raise TableError(f"--margin must be a positive number, got {args.margin}")
+    if args.kind == "fill":
+        for f in args.paths:
+            print(f"{f}: {fill(Path(f))} table block(s) regenerated")
+        return 0
+    if args.kind == "regime":
+        inputs = []
+        for spec in args.paths:
+            length, sep, path = spec.partition("=")
+            if not sep or not length.isdigit():
+                raise TableError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
+            rows, absent = read_rows([path])
+            inputs.append((int(length), _select(rows, args), absent))
+        print("\n".join(regime_table(inputs)))
+        return 0
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
     lines = calib_table(rows, absent) if args.kind == "calib" else \
