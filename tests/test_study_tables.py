@@ -129,13 +129,19 @@ def test_fill_regenerates_marked_blocks(tmp_path, monkeypatch):
         _run(tmp_path / "runs", "grpo", 4, seed, [i / 100 for i in range(16)])
     write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
     md = tmp_path / "r.md"
-    md.write_text("# R\n<!-- respo table calib runs.csv -->\nstale text\n<!-- /respo table -->\nend\n")
+    md.write_text("# R\n<!-- respo table calib runs.csv -->\nstale text\n<!-- /respo -->\nend\n")
     monkeypatch.chdir(tmp_path)
     assert fill(md) == 1
     text = md.read_text()
     assert "stale text" not in text and "| grpo | 4 | 3e-05 | 0 | 16/16 |" in text and text.endswith("end\n")
     md.write_text("<!-- respo table calib runs.csv -->\nno end\n")
     with pytest.raises(TableError, match="no closing"):
+        fill(md)
+    md.write_text("<!-- respo train --updates 1 -->\n<!-- /respo -->\n")
+    with pytest.raises(TableError, match="a block runs respo table or respo recommend"):
+        fill(md)
+    md.write_text("<!-- respo table calib missing.csv -->\n<!-- /respo -->\n")
+    with pytest.raises(TableError, match="line 1: respo table: cannot read missing.csv"):
         fill(md)
 
 

@@ -31,8 +31,8 @@ token, per-token entropy late in the run, and the same-batch ReSPO / VESPO mass 
 over the seeds run (n).
 
 ``fill FILE.md``: regenerate, in place, every block of a markdown file that starts with a line
-``<!-- respo table ARGS -->`` and ends with ``<!-- /respo table -->``: the lines between become
-the output of ``respo table ARGS`` (paths relative to the current directory).
+``<!-- respo table ARGS -->`` (or ``<!-- respo recommend ARGS -->``) and ends with ``<!-- /respo -->``:
+the lines between become that command's output (paths relative to the current directory).
 """
 
 from __future__ import annotations
@@ -320,12 +320,18 @@ def regime_table(inputs: Sequence[tuple[int, list[dict], set[str]]]) -> list[str
     return out + _absent_note(absent_all, cols)
 
 
+#: The commands a ``fill`` block may run: their output is a markdown table.
+FILL_COMMANDS = ("table", "recommend")
+
+
 def fill(path: Path) -> int:
-    """Regenerate every ``<!-- respo table ARGS -->`` ... ``<!-- /respo table -->`` block of ``path`` in
-    place (module docstring); returns how many blocks were filled."""
+    """Regenerate every ``<!-- respo CMD ARGS -->`` ... ``<!-- /respo -->`` block of ``path`` in place,
+    CMD one of `FILL_COMMANDS` (module docstring); returns how many blocks were filled."""
     import contextlib
     import io
     import shlex
+
+    from respo.cli import build_parser
 
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
@@ -336,23 +342,25 @@ def fill(path: Path) -> int:
         line = lines[i]
         out.append(line)
         i += 1
-        if not (line.startswith("<!-- respo table ") and line.rstrip().endswith("-->")):
+        head = line.strip()
+        if not (head.startswith("<!-- respo ") and head.endswith("-->")):
             continue
-        end = next((j for j in range(i, len(lines)) if lines[j].strip() == "<!-- /respo table -->"), None)
+        end = next((j for j in range(i, len(lines)) if lines[j].strip() == "<!-- /respo -->"), None)
         if end is None:
-            raise TableError(f"{path}: line {i}: no closing <!-- /respo table --> for {line.strip()}")
-        argv = shlex.split(line.strip()[len("<!-- respo table "):-len("-->")])
-        p = argparse.ArgumentParser(prog="respo table", add_help=False, exit_on_error=False)
-        add_arguments(p)
+            raise TableError(f"{path}: line {i}: no closing <!-- /respo --> for {head}")
+        argv = shlex.split(head[len("<!-- respo "):-len("-->")])
+        if not argv or argv[0] not in FILL_COMMANDS or argv[:2] == ["table", "fill"]:
+            raise TableError(f"{path}: line {i}: a block runs respo {' or respo '.join(FILL_COMMANDS)} (not fill), "
+                             f"got: {' '.join(argv)}")
+        buf, err = io.StringIO(), io.StringIO()
         try:
-            args = p.parse_args(argv)
-        except (argparse.ArgumentError, SystemExit):
-            raise TableError(f"{path}: line {i}: bad table arguments: {' '.join(argv)}") from None
-        if args.kind == "fill":
-            raise TableError(f"{path}: line {i}: a fill block cannot fill files")
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            run(args)
+            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+                args = build_parser().parse_args(argv)
+                args.func(args)
+        except SystemExit:
+            raise TableError(f"{path}: line {i}: bad arguments: respo {' '.join(argv)}") from None
+        except RespoError as e:
+            raise TableError(f"{path}: line {i}: respo {argv[0]}: {e}") from None
         out += buf.getvalue().rstrip("\n").split("\n")
         out.append(lines[end])
         i, n = end + 1, n + 1
