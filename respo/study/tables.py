@@ -276,8 +276,7 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
     out += ["", "Training score per rollout step (mean over seeds of the mean per-update score in the step; step 1 "
             "trains on the warm start's rollouts):", ""]
     if stale and n_steps == 0:
-        return out + ["Not in the given runs.csv (`step_scores` was recorded from the run directories only before "
-                      "the column existed)."]
+        return out + ["Not in the given runs.csv: it was written before the `step_scores` column existed."]
     out += ["| lr | N | objective | " + " | ".join(f"step {i + 1}" for i in range(n_steps)) + " |",
             "|" + "---|" * (3 + n_steps)]
     for (lr, n, obj), rs in sorted(stale.items()):
