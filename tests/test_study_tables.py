@@ -150,3 +150,30 @@ def test_cli_table_bad_input_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "respo", "table", "headline", str(tmp_path / "x.csv")], cwd=REPO,
                        capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "not a runs.csv" in p.stderr
+
+
+def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monkeypatch):
+    # every table block of the long report and every table file make_reports.sh writes is the output of
+    # its respo command on the committed runs.csv files: regenerating them changes nothing
+    import contextlib
+    import io
+    import shutil
+
+    from respo.cli import main
+
+    shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "reports/long/report.md"
+    assert fill(report) == 7
+    assert report.read_text() == (REPO / "reports/long/report.md").read_text()
+    R = "reports/long"
+    for argv, out in ((["calib", f"{R}/calib-128/runs.csv"], f"{R}/calib-128/table.md"),
+                      (["headline", f"{R}/headline-128/runs.csv"], f"{R}/headline-128.md"),
+                      (["headline", f"{R}/main-128/runs.csv"], f"{R}/main-128/table.md"),
+                      (["calib", f"{R}/calib-256/runs.csv"], f"{R}/calib-256/table.md"),
+                      (["headline", f"{R}/calib-256/runs.csv", "--reuse", "32", "--lrs", "1e-4"], f"{R}/calib-256/headline.md")):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["table", *argv]) == 0
+        assert buf.getvalue() == (REPO / out).read_text(), out
+    assert "respo table" in (REPO / R / "make_reports.sh").read_text()
