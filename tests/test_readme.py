@@ -44,6 +44,7 @@ SMOKE = {
               "--jobs", "1", "--set", "prompts=2", "--set", "group_size=2", "--set", "max_new_tokens=8",
               "--set", "eval_prompts=2", "--set", "eval_k=1", "--set", "checkpoint_every=0"],
     "report": [],
+    "table": [],  # reads a committed runs.csv (copied into the scratch directory)
     "recommend": [],  # reads the committed runs.csv files (copied into the scratch directory)
 }
 

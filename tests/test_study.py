@@ -245,6 +245,17 @@ def test_quick_sweep_end_to_end_and_resume(tmp_path):
     assert {"kernels.png", "curves_tiny-dense.png", "logw_hist_tiny-dense.png"} <= set(pngs)
     for png in pngs:
         assert (out / png).stat().st_size > 1000, png
+    # runs.csv carries what the real update records hold: per-token entropy early and late, the score of
+    # each rollout step (4 updates at N = 4: one step, the mean of the 4 scores), the pooled histograms
+    import csv
+
+    for row in csv.DictReader((out / "runs.csv").open()):
+        assert 0 < float(row["entropy_early"]) and 0 < float(row["entropy_late"]), row
+        rd = sweep / "runs" / row["run"]
+        scores = [json.loads(x)["score"] for x in (rd / "metrics.jsonl").read_text().splitlines()
+                  if "event" not in json.loads(x)]
+        assert json.loads(row["step_scores"]) == pytest.approx([sum(scores) / 4], abs=1e-6)
+        assert 0 <= float(row["pooled_neg_low_w"] or 0) <= 1
 
 
 def test_score_windows_are_the_papers():

@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Regenerates every table, report and runs.csv of reports/long from the run directories under
-# runs/long (the sweeps' --out directories; see report.md for the sweep commands). Run from the
-# repository root: bash reports/long/make_reports.sh
+# Regenerates every table of reports/long, the tables inside report.md and the recommendation from the
+# committed runs.csv files; where the run directories under runs/long exist (the sweeps' --out
+# directories; see report.md for the sweep commands), first rewrites each runs.csv and the figures from
+# them. Run from the repository root: bash reports/long/make_reports.sh
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 R=reports/long
 
-# 128 tokens: calibration (64 updates, seed 0), pilot (64 updates, 3 seeds), main cell (256 updates)
-$PY -m respo report runs/long/calib-128/runs/*_u64 --out $R/calib-128 --title "Long responses: 128-token calibration"
-$PY $R/calib_table.py runs/long/calib-128/runs/*_u64 > $R/calib-128/table.md
-$PY -m respo report runs/long/calib-128/runs/*_s? --out $R/headline-128 --title "Long responses: 128-token headline pilot" --shared-lr 3e-5
-$PY $R/headline_table.py runs/long/calib-128/runs/*_s? > $R/headline-128.md
-$PY -m respo report runs/long/h128/runs/* --out $R/main-128 --title "Long responses: 128 tokens, N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
-$PY $R/headline_table.py runs/long/h128/runs/* > $R/main-128/table.md
+if [ -d runs/long ]; then
+  # 128 tokens: calibration (64 updates, seed 0), pilot (64 updates, 3 seeds), main cell (256 updates)
+  $PY -m respo report runs/long/calib-128/runs/*_u64 --out $R/calib-128 --title "Long responses: 128-token calibration"
+  $PY -m respo report runs/long/calib-128/runs/*_s? --out $R/headline-128 --title "Long responses: 128-token headline pilot" --shared-lr 3e-5
+  $PY -m respo report runs/long/h128/runs/* --out $R/main-128 --title "Long responses: 128 tokens, N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
+  # 256 tokens: calibration and headline cell (64 updates; they share one sweep directory)
+  $PY -m respo report runs/long/calib-256/runs/* --out $R/calib-256 --title "Long responses: 256 tokens" --shared-lr 1e-4
+fi
 
-# 256 tokens: calibration and headline cell (64 updates; they share one sweep directory)
-$PY -m respo report runs/long/calib-256/runs/* --out $R/calib-256 --title "Long responses: 256 tokens" --shared-lr 1e-4
-$PY $R/calib_table.py runs/long/calib-256/runs/* > $R/calib-256/table.md
-$PY $R/headline_table.py runs/long/calib-256/runs/*_N32_*lr0.0001_s?_u64 > $R/calib-256/headline.md
+# tables from runs.csv (the run directories are not needed)
+$PY -m respo table calib $R/calib-128/runs.csv > $R/calib-128/table.md
+$PY -m respo table headline $R/headline-128/runs.csv > $R/headline-128.md
+$PY -m respo table headline $R/main-128/runs.csv > $R/main-128/table.md
+$PY -m respo table calib $R/calib-256/runs.csv > $R/calib-256/table.md
+$PY -m respo table headline $R/calib-256/runs.csv --reuse 32 --lrs 1e-4 > $R/calib-256/headline.md
+$PY -m respo table fill $R/report.md
 
 # which objective to use, per response length x N (32 tokens: the staleness study)
 $PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \

@@ -19,6 +19,8 @@ from typing import Any, Iterable, Sequence
 
 from respo.core.diagnostics import LOG_W_BIN_EDGES, LOG_W_BIN_NAMES
 from respo.core.objectives import hyperparameters
+from respo.study.names import objective_label
+from respo.train.metrics import read_jsonl
 from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
@@ -49,22 +51,8 @@ class Run:
         return [r["score"] for r in self.records if r.get("score") is not None]
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    out = []
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a truncated last line of a killed run
-            continue
-    return out
-
-
 def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
     """Every run directory (has ``config.json``) under the given sweep directories or run dirs."""
-    from respo.study.sweep import objective_label
-
     runs, seen = [], set()
     for d in dirs:
         d = Path(d)
@@ -75,7 +63,7 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
                 continue
             seen.add(key)
             cfg = json.loads((rd / "config.json").read_text())
-            recs = _read_jsonl(rd / "metrics.jsonl")
+            recs = read_jsonl(rd / "metrics.jsonl") if (rd / "metrics.jsonl").is_file() else []
             summ = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").is_file() else None
             label = objective_label(cfg.get("objective", "?"), cfg.get("objective_kwargs") or {})
             if cfg.get("loss_agg_mode"):  # an aggregation override is its own row of every table
@@ -94,8 +82,6 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
 def kernels_label(cfg: dict) -> str:
     """The objective with its exact kernel choice: ``reshaped`` runs as ``POS+/NEG-`` kernel specs (e.g.
     ``respo(2,0.5,2)+/vespo(3,2)-``, whatever their short label), others as `objective_label`."""
-    from respo.study.sweep import objective_label
-
     kw = cfg.get("objective_kwargs") or {}
     if cfg.get("objective") == "reshaped":
         spec = {**hyperparameters("reshaped"), **kw}  # the core's default branches where a run sets none

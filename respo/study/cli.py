@@ -1,4 +1,4 @@
-"""``respo sweep``, ``respo report`` and ``respo recommend``: registered into ``respo.cli`` through its EXTENSIONS hook."""
+"""``respo sweep``, ``respo report``, ``respo table`` and ``respo recommend``: registered into ``respo.cli`` through its EXTENSIONS hook."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    """Add the ``sweep``, ``report`` and ``recommend`` subcommands to the ``respo`` CLI."""
-    from respo.study import recommend, report, sweep
+    """Add the ``sweep``, ``report``, ``table`` and ``recommend`` subcommands to the ``respo`` CLI."""
+    from respo.study import recommend, report, sweep, tables
 
     p = subparsers.add_parser("sweep", help="resumable grid of training runs (the staleness study)",
                               description=sweep.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,6 +47,11 @@ def register(subparsers) -> None:
                               description=report.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_arguments(p)
     p.set_defaults(func=_report)
+    p = subparsers.add_parser("table", help="a study table (calib: per run; headline: over seeds) from runs.csv "
+                              "files or run directories", description=tables.__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    tables.add_arguments(p)
+    p.set_defaults(func=tables.run)
     p = subparsers.add_parser("recommend", help="which objective to use per response length x N, from runs.csv files",
                               description=recommend.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     recommend.add_arguments(p)

@@ -27,6 +27,7 @@ from typing import Iterable
 from respo.errors import RespoError
 from respo.study.aggregate import (STARVATION_KEYS, Run, best_per_column, early_max, fmt_cell, group_runs,
                                    late_mean, load_runs, mean_std, nanmean, pass_at_1, run_mean)
+from respo.study.tables import write_runs_csv
 
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "OVERLAY_MAX_RUNS"]
 
@@ -98,28 +99,35 @@ def _baselines(sweep_dirs: list[Path], model: str) -> list[dict]:
     return out[:1]
 
 
-def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float | None, lines: list[str],
-                  sweep_dirs: list[Path] = ()) -> None:
-    from respo.study import plots
-
+def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float | None,
+                  sweep_dirs: list[Path] = ()) -> list[str]:
+    """The main comparison of one model preset: the four main objectives at the modal G and budget."""
     G = _mode([r.coords["group_size"] for r in runs if r.coords["model"] == model])
     U_main = _mode([r.coords["updates"] for r in runs if r.coords["model"] == model])
     base = [r for r in runs if r.finished and r.coords["model"] == model and r.coords["group_size"] == G
             and not r.coords["routing_replay"] and r.coords["objective"] in MAIN_ORDER
             and r.coords["updates"] == U_main]
     if not base:
-        return
+        return []
     objs = _order({r.coords["objective"] for r in base}, MAIN_ORDER)
     lr = shared_lr if shared_lr is not None else _shared_lr(base, objs)
     at_lr = [r for r in base if r.coords["lr"] == lr]
     Ns = sorted({r.coords["reuse"] for r in at_lr})
     tag = model.replace("/", "_")
-    lines += [f"## Main comparison: {model} (G = {G}, shared lr = {lr:g})", ""]
+    g = group_runs(at_lr, ("objective", "reuse"))
+    return (_shared_lr_tables(at_lr, g, objs, Ns, model, G, lr, sweep_dirs)
+            + _best_lr_tables(base, objs, model, out_dir / f"stability_{tag}.png")
+            + _curves_and_kl(g, objs, Ns, model, lr, out_dir, tag)
+            + _starvation_tables(g, objs, Ns, model, lr, out_dir / f"logw_hist_{tag}.png"))
+
+
+def _shared_lr_tables(at_lr: list[Run], g: dict, objs: list[str], Ns: list[int], model: str, G: int, lr: float,
+                      sweep_dirs: list[Path]) -> list[str]:
+    """Late mean, early max and held-out pass@1 per objective x N at the shared learning rate."""
+    lines = [f"## Main comparison: {model} (G = {G}, shared lr = {lr:g})", ""]
     U = sorted({len(r.records) for r in at_lr})
     lines += [f"{len(at_lr)} finished runs at lr {lr:g}; updates per run: {', '.join(map(str, U))}. "
               "Cells: mean ± std over seeds (number of seeds); **bold** = best in its column.", ""]
-
-    g = group_runs(at_lr, ("objective", "reuse"))
     if U:
         u = U[-1]
         steps = ", ".join(f"N = {n}: {math.ceil(u / n)} (last at update {((u - 1) // n) * n})" for n in Ns)
@@ -143,67 +151,74 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
         lines += ["| before RL (the starting policy, same protocol) | " + " | ".join(
             f"{ev['pass@1']:.3f} ± {ev.get('pass@1_se', math.nan):.3f} (se)" for _ in Ns) + " |"]
     ws = sorted({str(r.config.get("policy", {}).get("pass_rate")) for r in at_lr})
-    lines += ["", f"Starting policy's sampled pass rate as recorded by its SFT (512 prompts, one sample each): "
-              f"{', '.join(ws)}.", ""]
+    return lines + ["", f"Starting policy's sampled pass rate as recorded by its SFT (512 prompts, one sample each): "
+                    f"{', '.join(ws)}.", ""]
 
-    # best lr per (objective, N)
+
+def _best_lr_tables(base: list[Run], objs: list[str], model: str, heatmap: Path) -> list[str]:
+    """Late mean at each objective's best lr per N, the lr x N stability map and the log W spread
+    per lr at the largest N (only when more than one lr was run)."""
+    from respo.study import plots
+
     lrs = sorted({r.coords["lr"] for r in base})
-    if len(lrs) > 1:
-        gl = group_runs(base, ("objective", "reuse", "lr"))
-        lm = {k: mean_std([late_mean(r.scores) for r in v]) for k, v in gl.items()}
-        Nall = sorted({r.coords["reuse"] for r in base})
-        best_cells, best_lr = {}, {}
-        for o in objs:
-            for n in Nall:
-                cands = [(lm[(o, n, x)][0], x) for x in lrs if (o, n, x) in lm and math.isfinite(lm[(o, n, x)][0])]
-                if cands:
-                    v, x = max(cands)
-                    best_cells[(o, n)] = [late_mean(r.scores) for r in gl[(o, n, x)]]
-                    best_lr[(o, n)] = x
-        lines += ["### Late mean at each objective's best learning rate per N", "",
-                  f"Learning rates tried: {', '.join(f'{x:g}' for x in lrs)}; the best lr (by mean late mean) is in "
-                  "brackets. Where the best lr has one seed the cell is one run.", ""]
-        tbl = _table(objs, Nall, best_cells, col_name=lambda n: f"N = {n}",
-                     suffix={k: f" [{v:g}]" for k, v in best_lr.items()})
-        lines += tbl + [""]
-        cells = {(o, x, n): lm[(o, n, x)][0] for o in objs for x in lrs for n in Nall if (o, n, x) in lm}
-        p = plots.plot_heatmaps(cells, out_dir / f"stability_{tag}.png", title=f"{model}: late mean over lr x N")
-        lines += ["### Stability map (late mean over learning rate x N, mean over the seeds run)", "",
-                  f"![stability map]({p.name})", ""]
-        lines += ["| objective | lr | " + " | ".join(f"N = {n}" for n in Nall) + " |", "|---|---|" + "---|" * len(Nall)]
-        for o in objs:
-            for x in lrs:
-                lines.append(f"| {o} | {x:g} | " + " | ".join(fmt_cell(*lm.get((o, n, x), (math.nan, math.nan, 0)))
-                                                            for n in Nall) + " |")
-        lines += [""]
-        nmax = max(Nall)
-        lines += [f"### log W spread reached per learning rate (N = {nmax}; calibration)", "",
-                  "The same diagnostics as the starvation table, per learning rate, over stale updates; N = 1 late mean "
-                  "is the on-policy control (a learning rate that degrades N = 1 is too large whatever the objective). "
-                  "The paper's regime is a baseline with about 20 % of positives at log W < −1 at high N (22.8 % in "
-                  "Chen, Ban, Hsieh 2026) without collapsing at N = 1.", "",
-                  "| objective | lr | runs | frac_pos_low_w | pos_low_w_mass_share | frac_starved | log W p10 | kl_k3 | "
-                  f"late mean N = {nmax} | late mean N = 1 |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for o in objs:
-            for x in lrs:
-                rs = gl.get((o, nmax, x), [])
-                if not rs:
-                    continue
-                vals = [nanmean(run_mean(r, k, stale_only=True) for r in rs)
-                        for k in ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "log_w/p10", "kl_k3")]
-                on = lm.get((o, 1, x), (math.nan, math.nan, 0))
-                lines.append(f"| {o} | {x:g} | {len(rs)} | " + " | ".join(_fmt(v, 4 if i == 4 else 3) for i, v in enumerate(vals))
-                             + f" | {fmt_cell(*lm[(o, nmax, x)])} | {fmt_cell(*on)} |")
-        lines += [""]
+    if len(lrs) < 2:
+        return []
+    gl = group_runs(base, ("objective", "reuse", "lr"))
+    lm = {k: mean_std([late_mean(r.scores) for r in v]) for k, v in gl.items()}
+    Nall = sorted({r.coords["reuse"] for r in base})
+    best_cells, best_lr = {}, {}
+    for o in objs:
+        for n in Nall:
+            cands = [(lm[(o, n, x)][0], x) for x in lrs if (o, n, x) in lm and math.isfinite(lm[(o, n, x)][0])]
+            if cands:
+                v, x = max(cands)
+                best_cells[(o, n)] = [late_mean(r.scores) for r in gl[(o, n, x)]]
+                best_lr[(o, n)] = x
+    lines = ["### Late mean at each objective's best learning rate per N", "",
+             f"Learning rates tried: {', '.join(f'{x:g}' for x in lrs)}; the best lr (by mean late mean) is in "
+             "brackets. Where the best lr has one seed the cell is one run.", ""]
+    lines += _table(objs, Nall, best_cells, col_name=lambda n: f"N = {n}",
+                    suffix={k: f" [{v:g}]" for k, v in best_lr.items()}) + [""]
+    cells = {(o, x, n): lm[(o, n, x)][0] for o in objs for x in lrs for n in Nall if (o, n, x) in lm}
+    p = plots.plot_heatmaps(cells, heatmap, title=f"{model}: late mean over lr x N")
+    lines += ["### Stability map (late mean over learning rate x N, mean over the seeds run)", "",
+              f"![stability map]({p.name})", ""]
+    lines += ["| objective | lr | " + " | ".join(f"N = {n}" for n in Nall) + " |", "|---|---|" + "---|" * len(Nall)]
+    for o in objs:
+        for x in lrs:
+            lines.append(f"| {o} | {x:g} | " + " | ".join(fmt_cell(*lm.get((o, n, x), (math.nan, math.nan, 0)))
+                                                        for n in Nall) + " |")
+    nmax = max(Nall)
+    lines += ["", f"### log W spread reached per learning rate (N = {nmax}; calibration)", "",
+              "The same diagnostics as the starvation table, per learning rate, over stale updates; N = 1 late mean "
+              "is the on-policy control (a learning rate that degrades N = 1 is too large whatever the objective). "
+              "The paper's regime is a baseline with about 20 % of positives at log W < −1 at high N (22.8 % in "
+              "Chen, Ban, Hsieh 2026) without collapsing at N = 1.", "",
+              "| objective | lr | runs | frac_pos_low_w | pos_low_w_mass_share | frac_starved | log W p10 | kl_k3 | "
+              f"late mean N = {nmax} | late mean N = 1 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for o in objs:
+        for x in lrs:
+            rs = gl.get((o, nmax, x), [])
+            if not rs:
+                continue
+            vals = [nanmean(run_mean(r, k, stale_only=True) for r in rs)
+                    for k in ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "log_w/p10", "kl_k3")]
+            on = lm.get((o, 1, x), (math.nan, math.nan, 0))
+            lines.append(f"| {o} | {x:g} | {len(rs)} | " + " | ".join(_fmt(v, 4 if i == 4 else 3) for i, v in enumerate(vals))
+                         + f" | {fmt_cell(*lm[(o, nmax, x)])} | {fmt_cell(*on)} |")
+    return lines + [""]
 
-    gc = {(o, n): v for (o, n), v in g.items()}
-    p = plots.plot_curves(gc, out_dir / f"curves_{tag}.png", title=f"{model}, lr {lr:g}: training score per update "
-                                                                         "(line: seed mean, band: seed min..max)")
-    lines += ["### Training curves", "", f"![training curves]({p.name})", ""]
 
-    p1 = plots.plot_metric_curves(gc, "kl_k3", out_dir / f"kl_{tag}.png", ylabel="k3 KL(π_old‖π_θ) per token",
+def _curves_and_kl(g: dict, objs: list[str], Ns: list[int], model: str, lr: float, out_dir: Path, tag: str) -> list[str]:
+    """Training curves, and KL to the behaviour policy with the mean coefficient over stale updates."""
+    from respo.study import plots
+
+    p = plots.plot_curves(g, out_dir / f"curves_{tag}.png", title=f"{model}, lr {lr:g}: training score per update "
+                                                                        "(line: seed mean, band: seed min..max)")
+    lines = ["### Training curves", "", f"![training curves]({p.name})", ""]
+    p1 = plots.plot_metric_curves(g, "kl_k3", out_dir / f"kl_{tag}.png", ylabel="k3 KL(π_old‖π_θ) per token",
                                   smooth=1, log_y=True, title=f"{model}, lr {lr:g}: per-update KL to the behaviour policy")
-    p2 = plots.plot_metric_curves(gc, "coef_mean", out_dir / f"coef_{tag}.png", ylabel="coef_mean = Σφ/n", smooth=1,
+    p2 = plots.plot_metric_curves(g, "coef_mean", out_dir / f"coef_{tag}.png", ylabel="coef_mean = Σφ/n", smooth=1,
                                   title=f"{model}, lr {lr:g}: mean coefficient per update")
     lines += ["### KL to the behaviour policy and mean coefficient", "",
               "Means over the updates with staleness > 0 (the first mini-batch of each rollout step has log W = 0 "
@@ -219,14 +234,19 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
             vals = [nanmean(run_mean(r, k, stale_only=True) for r in rs)
                     for k in ("kl_k3", "approx_kl", "coef_mean", "phi/pos_mean", "phi/neg_mean", "log_w/p10", "log_w/p50")]
             lines.append(f"| {o} | {n} | " + " | ".join(_fmt(v, 4 if i < 2 else 3) for i, v in enumerate(vals)) + " |")
-    lines += ["", f"![KL]({p1.name})", "", f"![mean coefficient]({p2.name})", ""]
+    return lines + ["", f"![KL]({p1.name})", "", f"![mean coefficient]({p2.name})", ""]
 
-    lines += ["### Starvation diagnostic", "",
-              "Over the updates with staleness > 0, mean over updates then seeds: frac_pos_low_w = fraction of "
-              "positive-advantage responses with log W < −1; mass share = their share of the positives' coefficient "
-              "mass Σφ; frac_starved = fraction of all responses with coefficient < 1e-3 (the paper, N = 32 on "
-              "Qwen3-30B-A3B: 22.8 % of positives, 38.5 % of ReSPO's mass vs 15.5 % under VESPO).", "",
-              "| objective | N | frac_pos_low_w | pos_low_w_mass_share | frac_starved |", "|---|---|---|---|---|"]
+
+def _starvation_tables(g: dict, objs: list[str], Ns: list[int], model: str, lr: float, hist: Path) -> list[str]:
+    """The starvation diagnostic per objective x N over stale updates, and the log W histograms."""
+    from respo.study import plots
+
+    lines = ["### Starvation diagnostic", "",
+             "Over the updates with staleness > 0, mean over updates then seeds: frac_pos_low_w = fraction of "
+             "positive-advantage responses with log W < −1; mass share = their share of the positives' coefficient "
+             "mass Σφ; frac_starved = fraction of all responses with coefficient < 1e-3 (the paper, N = 32 on "
+             "Qwen3-30B-A3B: 22.8 % of positives, 38.5 % of ReSPO's mass vs 15.5 % under VESPO).", "",
+             "| objective | N | frac_pos_low_w | pos_low_w_mass_share | frac_starved |", "|---|---|---|---|---|"]
     for n in Ns:
         if n == 1:
             continue
@@ -235,12 +255,12 @@ def _main_section(runs: list[Run], model: str, out_dir: Path, shared_lr: float |
             if rs:
                 vals = [nanmean(run_mean(r, k, stale_only=True) for r in rs) for k in STARVATION_KEYS]
                 lines.append(f"| {o} | {n} | " + " | ".join(_fmt(v) for v in vals) + " |")
-    p = plots.plot_logw_hist(gc, out_dir / f"logw_hist_{tag}.png",
-                             title=f"{model}, lr {lr:g}: log W, early (first quarter) vs late (last eighth), stale updates")
-    lines += ["", "### log W histograms", "",
-              "Reconstructed from the per-update quantiles the trainer logs (1, 10, 50, 90, 99 %; piecewise-linear "
-              "inverse CDF between them, tails beyond 1 %/99 % not shown), pooled over stale updates and seeds.", "",
-              f"![log W histograms]({p.name})", ""]
+    p = plots.plot_logw_hist(g, hist, title=f"{model}, lr {lr:g}: log W, early (first quarter) vs late (last eighth), "
+                                            "stale updates")
+    return lines + ["", "### log W histograms", "",
+                    "Reconstructed from the per-update quantiles the trainer logs (1, 10, 50, 90, 99 %; piecewise-linear "
+                    "inverse CDF between them, tails beyond 1 %/99 % not shown), pooled over stale updates and seeds.", "",
+                    f"![log W histograms]({p.name})", ""]
 
 
 def _mode(xs: list):
@@ -248,10 +268,11 @@ def _mode(xs: list):
     return max(set(xs), key=xs.count) if xs else None
 
 
-def _runs_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
+def _runs_section(runs: list[Run], out_dir: Path) -> list[str]:
     """A few runs side by side (any runs, not only a study grid): one row each, curves overlaid."""
     from respo.study import plots
 
+    lines: list[str] = []
     runs = sorted(runs, key=lambda r: str(r.path))
     lines += ["## Runs compared", "",
               "| run | objective | N | lr | seed | updates | late mean | early max | held-out pass@1 |",
@@ -263,10 +284,12 @@ def _runs_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
                   f"{_fmt(early_max(r.scores))} | {_fmt(pass_at_1(r))} |"]
     p = plots.plot_runs_overlay(runs, out_dir / "runs_compared.png", title="training score per run")
     lines += ["", f"![runs compared]({p.name})", ""]
+    return lines
 
 
-def _budget_section(runs: list[Run], lines: list[str]) -> None:
+def _budget_section(runs: list[Run]) -> list[str]:
     """Runs with a different number of updates than their model's main sweep, next to the main runs."""
+    lines: list[str] = []
     fin = [r for r in runs if r.finished and not r.coords["routing_replay"]]
     for model in sorted({r.coords["model"] for r in fin}):
         mine = [r for r in fin if r.coords["model"] == model]
@@ -288,12 +311,14 @@ def _budget_section(runs: list[Run], lines: list[str]) -> None:
         lines += ["", "Held-out sampled pass@1 after training:", ""]
         lines += _table(objs, cols, {k: [pass_at_1(r) for r in v] for k, v in g.items()}, col_name=lambda u: f"{u} updates")
         lines += [""]
+    return lines
 
 
-def _groups_section(runs: list[Run], lines: list[str]) -> None:
+def _groups_section(runs: list[Run]) -> list[str]:
+    lines: list[str] = []
     Gs = sorted({r.coords["group_size"] for r in runs if r.finished})
     if len(Gs) < 2:
-        return
+        return lines
     lines += ["## Group size G (the other reading of \"more sampled responses\")", ""]
     for (model, n, lr), _ in sorted(group_runs(runs, ("model", "reuse", "lr")).items()):
         sel = [r for r in runs if r.finished and r.coords["model"] == model and r.coords["reuse"] == n
@@ -307,14 +332,16 @@ def _groups_section(runs: list[Run], lines: list[str]) -> None:
                   "sequences per update):", ""]
         lines += _table(objs, cols, {k: [late_mean(r.scores) for r in v] for k, v in g.items()}, col_name=lambda c: f"G = {c}")
         lines += [""]
+    return lines
 
 
-def _ablation_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
+def _ablation_section(runs: list[Run], out_dir: Path) -> list[str]:
     from respo.study import plots
 
+    lines: list[str] = []
     abl = [r for r in runs if r.finished and "/" in r.coords["objective"]]
     if not abl:
-        return
+        return lines
     lines += ["## Branch ablation (the core's `reshaped` objective, one kernel per advantage sign)", "",
               "respo+/vespo- = ReSPO's positive branch respo(2,0.5,2) with VESPO's negative branch vespo(3,2); "
               "vespo+/respo- = VESPO's positive branch vespo(2,3) with ReSPO's negative branch respo(1,0.5,2). "
@@ -345,12 +372,14 @@ def _ablation_section(runs: list[Run], out_dir: Path, lines: list[str]) -> None:
         tag = f"{model}_G{G}_lr{lr:g}".replace("/", "_")
         p = plots.plot_curves(g, out_dir / f"ablation_{tag}.png", title=f"branch ablation, {model}, lr {lr:g}")
         lines += ["", f"![ablation curves]({p.name})", ""]
+    return lines
 
 
-def _replay_section(runs: list[Run], lines: list[str]) -> None:
+def _replay_section(runs: list[Run]) -> list[str]:
+    lines: list[str] = []
     rep = [r for r in runs if r.finished and r.coords["routing_replay"]]
     if not rep:
-        return
+        return lines
     lines += ["## Routing replay (MoE)", "",
               "Same objective, model, G and lr with and without routing replay (rollout experts forced in the "
               "training forward). router_shift = fraction of response tokens whose top-k expert set changed between "
@@ -374,10 +403,11 @@ def _replay_section(runs: list[Run], lines: list[str]) -> None:
                 lines.append(f"| {rows[rr]} | {n} | " + " | ".join(
                     _fmt(nanmean(run_mean(r, k, stale_only=True) for r in v), 4) for k in ("router_shift", "kl_k3", "frac_pos_low_w")) + " |")
         lines += [""]
+    return lines
 
 
-def _commands_section(dirs: list[Path], report_cmd: str, lines: list[str]) -> None:
-    lines += ["## How this report was produced", "", "Sweeps (from each `sweep.json`, in order):", "", "```"]
+def _commands_section(dirs: list[Path], report_cmd: str) -> list[str]:
+    lines = ["## How this report was produced", "", "Sweeps (from each `sweep.json`, in order):", "", "```"]
     base_texts = {}
     for d in dirs:
         m = d / "sweep.json"
@@ -391,6 +421,7 @@ def _commands_section(dirs: list[Path], report_cmd: str, lines: list[str]) -> No
     for path, text in base_texts.items():
         if text:
             lines += [f"Base config `{Path(path).name}` (as used):", "", "```toml", text.strip(), "```", ""]
+    return lines
 
 
 def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: float | None = None,
@@ -413,23 +444,23 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
              "over the first quarter.", ""]
     if notes and Path(notes).is_file():
         lines += [Path(notes).read_text().strip(), ""]
-    _commands_section(dirs, command, lines)
+    lines += _commands_section(dirs, command)
     p = plots.plot_kernels(out_dir / "kernels.png")
     lines += ["## Kernels: coefficient φ(W) per advantage sign", "",
               "Drawn from the core's loss gradients (one-token responses, c = −B·∂L/∂logp / Â): ReSPO and VESPO's "
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at 3).",
               "", f"![kernels]({p.name})", ""]
     if len(runs) <= OVERLAY_MAX_RUNS:
-        _runs_section(runs, out_dir, lines)
+        lines += _runs_section(runs, out_dir)
     modal = {m: _mode([r.coords["updates"] for r in runs if r.coords["model"] == m]) for m in {r.coords["model"] for r in runs}}
     main_budget = [r for r in runs if r.coords["updates"] == modal[r.coords["model"]]]  # one budget per model
     for model in sorted({r.coords["model"] for r in fin}):
-        _main_section(main_budget, model, out_dir, shared_lr, lines, dirs)
-    _budget_section(runs, lines)
-    _groups_section(main_budget, lines)
-    _ablation_section(main_budget, out_dir, lines)
-    _replay_section(main_budget, lines)
-    _write_runs_csv(runs, out_dir / "runs.csv")
+        lines += _main_section(main_budget, model, out_dir, shared_lr, dirs)
+    lines += _budget_section(runs)
+    lines += _groups_section(main_budget)
+    lines += _ablation_section(main_budget, out_dir)
+    lines += _replay_section(main_budget)
+    write_runs_csv(runs, out_dir / "runs.csv")
     lines += ["Per-run numbers behind every table (one row per run: coordinates, late mean, early max, held-out "
               "pass@1, diagnostics over stale updates) are in [runs.csv](runs.csv).", ""]
     unfinished = [r for r in runs if not r.finished]
@@ -442,44 +473,6 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     path = out_dir / "report.md"
     path.write_text("\n".join(lines))
     return path
-
-
-CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
-               "phi/pos_mean", "phi/neg_mean", "log_w/p10", "log_w/p50", "router_shift")
-
-
-#: runs.csv's same-batch columns: column -> per-update metric, averaged over stale updates (staleness > 0).
-CSV_SAME_BATCH = {"same_batch_frac_pos_low_w": "same_batch/frac_pos_low_w",
-                  "same_batch_respo_mass_share": "same_batch/respo_pos_low_w_mass_share",
-                  "same_batch_vespo_mass_share": "same_batch/vespo_pos_low_w_mass_share"}
-
-
-def _write_runs_csv(runs: list[Run], path: Path) -> None:
-    """One row per run: its coordinates and the numbers the tables aggregate.
-
-    After the ``stale_mean:*`` columns: ``task``, ``task_kwargs`` (JSON), ``response_length`` (mean
-    response tokens over all updates), ``kernels`` (objective with its exact kernel specs),
-    ``loss_agg_mode`` (empty = the objective's default), ``B`` (prompts per mini-batch), the
-    `CSV_SAME_BATCH` means over stale updates, and ``grad_clip_rate`` (fraction of updates whose
-    gradient norm was clipped)."""
-    import csv
-
-    cols = ["run", "model", "objective", "reuse", "group_size", "lr", "seed", "routing_replay", "updates", "finished",
-            "updates_logged", "late_mean", "early_max", "pass@1"] + [f"stale_mean:{k}" for k in CSV_METRICS] + \
-        ["task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH, "grad_clip_rate"]
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(cols)
-        for r in sorted(runs, key=lambda r: r.path.name):
-            c = r.coords
-            row = [r.path.name, c["model"], c["objective"], c["reuse"], c["group_size"], c["lr"], c["seed"],
-                   c["routing_replay"], c["updates"], r.finished, len(r.records), late_mean(r.scores),
-                   early_max(r.scores), pass_at_1(r)] + [run_mean(r, k, stale_only=True) for k in CSV_METRICS] + \
-                [c["task"], c["task_kwargs"], run_mean(r, "response_length"), c["kernels"], c["loss_agg_mode"],
-                 c["prompts"]] + [run_mean(r, k, stale_only=True) for k in CSV_SAME_BATCH.values()] + \
-                [run_mean(r, "grad_clipped")]
-            w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
-                        (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

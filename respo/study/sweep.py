@@ -40,7 +40,6 @@ import argparse
 import itertools
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from respo.runtime.precision import device_problem
+from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, objective_label, run_name
 from respo.train.checkpoint import latest_checkpoint
 from respo.train.config import ConfigError
 
@@ -62,12 +62,6 @@ MAIN_OBJECTIVES = ("grpo", "gspo", "vespo", "respo")
 #: The MoE presets' policy: the tiny-moe warm start on the base task (see configs/study/base.toml).
 MOE_MODEL = "runs/study/warm/tiny-moe"
 
-#: Branch-ablation objectives: label -> (pos_kernel, neg_kernel) specs for the core's ``reshaped``.
-ABLATION_KERNELS = {
-    "respo+/vespo-": ("respo(2,0.5,2)", "vespo(3,2)"),  # ReSPO's positive branch, VESPO's negative
-    "vespo+/respo-": ("vespo(2,3)", "respo(1,0.5,2)"),  # VESPO's positive branch, ReSPO's negative
-}
-
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -75,37 +69,6 @@ class RunSpec:
 
     name: str
     overrides: dict = field(default_factory=dict)
-
-
-def objective_label(objective: str, objective_kwargs: dict | None = None) -> str:
-    """Short label of an objective + its kernel choice (``reshaped`` runs are named by branch)."""
-    kw = objective_kwargs or {}
-    if objective == "reshaped":
-        pair = (kw.get("pos_kernel", "respo(2,0.5,2)"), kw.get("neg_kernel", "respo(1,0.5,2)"))
-        for label, kernels in {**ABLATION_KERNELS, **LONG_KERNELS}.items():
-            if _norm(kernels[0]) == _norm(pair[0]) and _norm(kernels[1]) == _norm(pair[1]):
-                return label
-        return f"{_norm(pair[0])}+/{_norm(pair[1])}-"
-    return objective if not kw else objective + "(" + ",".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")"
-
-
-def _norm(spec: str) -> str:
-    return re.sub(r"\s+", "", str(spec))
-
-
-def run_name(ov: dict) -> str:
-    """Directory name from the grid coordinates, e.g. ``tiny-dense_grpo_N8_G8_lr3e-05_s0``."""
-    label = objective_label(ov.get("objective", "respo"), ov.get("objective_kwargs"))
-    label = re.sub(r"[^A-Za-z0-9.]+", "-", label.replace("+/", "pos.").replace("-", "neg").rstrip("/"))
-    parts = [Path(str(ov.get("model", "tiny-dense"))).name, label, f"N{ov.get('reuse', 1)}", f"G{ov.get('group_size', 8)}",
-             f"lr{ov.get('lr', 0):g}", f"s{ov.get('seed', 0)}"]
-    if ov.get("routing_replay"):
-        parts.append("rr")
-    if ov.get("loss_agg_mode"):  # an aggregation override is a run of its own
-        parts.append(ov["loss_agg_mode"])
-    if "updates" in ov:
-        parts.append(f"u{ov['updates']}")
-    return "_".join(str(p) for p in parts)
 
 
 def _grid(**dims: Iterable[Any]) -> list[dict]:
@@ -218,11 +181,6 @@ PRESETS: dict[str, Preset] = {
 # ---- the long-response study (configs/long: 128 to 512 response tokens) ------------------------
 #: Its learning rate until the long calibration picks one (``--lrs`` overrides).
 LONG_LR = 3e-5
-#: Negative-branch variants under ReSPO's positive branch (labels of ``objective_label`` too).
-LONG_KERNELS = {
-    "respo+/truncated-": ("respo(2,0.5,2)", "truncated(1)"),  # φ⁻ = min(W, 1) (TOPR's negative branch)
-    "respo+/respo0-": ("respo(2,0.5,2)", "respo(1,0.5,0)"),  # ReSPO's φ⁻ with λ⁻ = 0: √W, no decay
-}
 LONG_MAIN_OBJECTIVES = ("grpo", "vespo", "respo", "respo+/vespo-", "respo+/respo0-")
 #: ReSPO's φ⁻ = respo(1,0.5,2) is plain ``respo``, so those runs are long-main's.
 LONG_NEGATIVE_OBJECTIVES = ("respo+/vespo-", "respo+/truncated-", "respo+/respo0-", "respo", "reinforce", "grpo",

@@ -1,0 +1,432 @@
+"""``runs.csv`` (one row per run) and the study tables built from it: ``respo table calib|headline``.
+
+A row holds a run's coordinates and the numbers every table aggregates (`COLUMNS`). It is computed
+from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo report` wrote
+(`read_rows`), so every table can be regenerated from the committed ``runs.csv`` files alone. A
+column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table.
+
+Per run, over the updates with staleness > 0 (``stale_mean:*``; the first mini-batch of a rollout
+step has log W = 0 exactly), and over all updates otherwise:
+
+    late_mean / early_max      mean of the last eighth / best of the first quarter of the scores
+    first8_score, last8_score  mean score of the first / last 8 updates (on-policy stability)
+    entropy_early, entropy_late  mean per-token policy entropy over the first quarter / the last
+                               eighth of the updates (the same windows as early max / late mean)
+    pooled_pos_low_w, pooled_neg_low_w  fraction of all stale positives / negatives with log W < −1,
+                               pooled from the log W histograms (count-weighted over stale updates)
+    step_scores                JSON list: mean score of each complete rollout step (N updates; empty at N = 1)
+
+``calib``: one row per run (a calibration sweep). ``headline``: per (lr, N, objective) mean ± sample
+std over seeds, then each objective against the best baseline of its (lr, N) (GRPO or VESPO, by mean
+late mean) on late mean and held-out pass@1 with Welch's t-test, its 95 % interval, the p value
+adjusted within the table (Benjamini–Hochberg by default, ``--adjust holm``), the two one-sided
+tests of equivalence within ±δ (``--margin``), and the verdict of `respo.study.stats.verdict` from the adjusted p values; last, the
+mean score of each rollout step. The tests assume normal per-seed values; with three seeds that
+cannot be checked, and no rank test can reach p < .10 at three seeds per side.
+
+``regime``: per response length (``LENGTH=runs.csv`` arguments) and learning rate, the on-policy
+control (GRPO at N = 1: late mean, held-out pass@1) next to GRPO's stale-update diagnostics at the
+largest N (fraction of stale positives and of stale negatives with log W < −1, log W p10, k3 KL per
+token, per-token entropy late in the run, and the same-batch ReSPO / VESPO mass shares), each a mean
+over the seeds run (n).
+
+``fill FILE.md``: regenerate, in place, every block of a markdown file that starts with a line
+``<!-- respo table ARGS -->`` (or ``<!-- respo recommend ARGS -->``) and ends with ``<!-- /respo -->``:
+the lines between become that command's output (paths relative to the current directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from respo.errors import RespoError
+from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
+    pooled_low_fraction, run_mean
+from respo.train.scores import early_count, late_count
+
+__all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
+           "read_rows", "calib_table", "headline_tables", "regime_table", "fill", "add_arguments", "run"]
+
+#: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
+CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
+               "phi/pos_mean", "phi/neg_mean", "log_w/p10", "log_w/p50", "router_shift")
+#: runs.csv's same-batch columns: column -> per-update metric, averaged over stale updates.
+CSV_SAME_BATCH = {"same_batch_frac_pos_low_w": "same_batch/frac_pos_low_w",
+                  "same_batch_respo_mass_share": "same_batch/respo_pos_low_w_mass_share",
+                  "same_batch_vespo_mass_share": "same_batch/vespo_pos_low_w_mass_share"}
+#: Updates at each end of a run whose scores are compared for on-policy stability.
+EDGE_UPDATES = 8
+#: Every column of runs.csv, in order (new columns are appended, so older files are a prefix).
+COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "routing_replay", "updates", "finished",
+           "updates_logged", "late_mean", "early_max", "pass@1", *(f"stale_mean:{k}" for k in CSV_METRICS),
+           "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
+           "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
+           "pooled_neg_low_w", "step_scores")
+_TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode"}
+_INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
+_BOOL = {"routing_replay", "finished"}
+BASELINES = ("grpo", "vespo")
+#: Equivalence margin δ of ``respo table headline`` unless ``--margin`` says otherwise: 0.03 of the
+#: normalised score (3 points of training score or of held-out pass@1, about one seed-to-seed
+#: standard deviation of a run in the committed studies; the same default as ``respo recommend``).
+MARGIN = 0.03
+
+
+class TableError(RespoError):
+    """A runs.csv or run directory a table cannot be built from."""
+
+
+def _steps(run: Run) -> list[float]:
+    """Mean score of each complete rollout step (N updates); empty at N = 1 (the per-update curve)."""
+    n, s = run.coords["reuse"] or 1, run.scores
+    if n == 1:
+        return []
+    return [sum(s[i * n:(i + 1) * n]) / n for i in range(len(s) // n)]
+
+
+def run_row(run: Run) -> dict:
+    """The runs.csv row of one run (`COLUMNS`; module docstring), numbers as floats (NaN when absent)."""
+    c, s = run.coords, run.scores
+    ent = [r.get("entropy") for r in run.records]
+    row = {"run": run.path.name, "model": c["model"], "objective": c["objective"], "reuse": c["reuse"],
+           "group_size": c["group_size"], "lr": c["lr"], "seed": c["seed"], "routing_replay": c["routing_replay"],
+           "updates": c["updates"], "finished": run.finished, "updates_logged": len(run.records),
+           "late_mean": late_mean(s), "early_max": early_max(s), "pass@1": pass_at_1(run)}
+    row.update({f"stale_mean:{k}": run_mean(run, k, stale_only=True) for k in CSV_METRICS})
+    row.update({"task": c["task"], "task_kwargs": c["task_kwargs"], "response_length": run_mean(run, "response_length"),
+                "kernels": c["kernels"], "loss_agg_mode": c["loss_agg_mode"], "B": c["prompts"]})
+    row.update({col: run_mean(run, k, stale_only=True) for col, k in CSV_SAME_BATCH.items()})
+    row.update({"grad_clip_rate": run_mean(run, "grad_clipped"),
+                "first8_score": nanmean(s[:EDGE_UPDATES]), "last8_score": nanmean(s[-EDGE_UPDATES:]),
+                "entropy_early": nanmean(ent[:early_count(len(ent))]) if ent else math.nan,
+                "entropy_late": nanmean(ent[-late_count(len(ent)):]) if ent else math.nan,
+                "pooled_pos_low_w": pooled_low_fraction(run, "pos"), "pooled_neg_low_w": pooled_low_fraction(run, "neg"),
+                "step_scores": [round(x, 6) for x in _steps(run)]})
+    return row
+
+
+def write_runs_csv(runs: Iterable[Run], path: Path) -> None:
+    """One `run_row` per run, sorted by run name; NaN written as an empty cell, floats with 6 digits."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for r in sorted(runs, key=lambda r: r.path.name):
+            row = run_row(r)
+            w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
+                        json.dumps(v) if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
+                        for v in (row[k] for k in COLUMNS)])
+
+
+def _parse(path: Path, line: int, col: str, text: str):
+    if col in _TEXT:
+        return text
+    if col in _BOOL:
+        return text.strip().lower() in ("true", "1", "yes")
+    if text.strip() == "":
+        return [] if col == "step_scores" else math.nan
+    try:
+        if col == "step_scores":
+            return [float(x) for x in json.loads(text)]
+        return int(text) if col in _INT else float(text)
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise TableError(f"{path}: line {line}, column {col}: not a number: {text!r}") from None
+
+
+def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            table, header = list(reader), list(reader.fieldnames or [])
+    except OSError as e:
+        raise TableError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise TableError(f"{path}: not a UTF-8 text file") from None
+    need = [c for c in COLUMNS[:14] if c not in header]
+    if need:
+        raise TableError(f"{path}: not a runs.csv (missing column(s) {', '.join(need)})")
+    rows = []
+    for i, r in enumerate(table, start=2):
+        row = {c: (_parse(path, i, c, r[c]) if c in header else ([] if c == "step_scores" else
+                                                                  "" if c in _TEXT else math.nan)) for c in COLUMNS}
+        rows.append(row)
+    return rows, {c for c in COLUMNS if c not in header}
+
+
+def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
+    """Rows of every run under ``paths``: a ``*.csv`` file is read as a runs.csv, anything else as
+    sweep or run directories. Returns the rows and the columns some given runs.csv lacks."""
+    rows, absent, dirs = [], set(), []
+    for p in map(Path, paths):
+        if p.suffix == ".csv":
+            got, miss = _read_csv(p)
+            rows += got
+            absent |= miss
+        else:
+            dirs.append(p)
+    if dirs:
+        runs = load_runs(dirs)
+        if not runs:
+            raise TableError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")
+        rows += [run_row(r) for r in runs]
+    if not rows:
+        raise TableError(f"no runs in {', '.join(map(str, paths))}")
+    return rows, absent
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _absent_note(absent: set[str], used: Iterable[str]) -> list[str]:
+    miss = [c for c in used if c in absent]
+    if not miss:
+        return []
+    return ["", f"— in {', '.join(f'`{c}`' for c in miss)}: not in the given runs.csv (it was written before the "
+            "column existed)."]
+
+
+CALIB_HEAD = ("objective", "N", "lr", "seed", "updates", "first 8", "last 8", "late mean", "early max", "pass@1",
+              "pos logW<-1", "ReSPO share", "VESPO share", "logW p10", "kl_k3", "entropy early", "entropy late",
+              "starved", "pooled pos<-1", "pooled neg<-1")
+_CALIB_COLS = ("first8_score", "last8_score", "late_mean", "early_max", "pass@1", "stale_mean:frac_pos_low_w",
+               "same_batch_respo_mass_share", "same_batch_vespo_mass_share", "stale_mean:log_w/p10",
+               "stale_mean:kl_k3", "entropy_early", "entropy_late", "stale_mean:frac_starved", "pooled_pos_low_w",
+               "pooled_neg_low_w")
+
+
+def calib_table(rows: list[dict], absent: set[str] = frozenset()) -> list[str]:
+    """One line per run, sorted by (lr, objective, N, seed): scores, held-out pass@1, per-token
+    entropy and the stale-update diagnostics (module docstring)."""
+    out = ["| " + " | ".join(CALIB_HEAD) + " |", "|" + "---|" * len(CALIB_HEAD)]
+    for r in sorted(rows, key=lambda r: (r["lr"], r["objective"], r["reuse"], r["seed"])):
+        digits = {"stale_mean:log_w/p10": 2, "stale_mean:kl_k3": 4, "entropy_early": 3, "entropy_late": 3}
+        cells = [r["objective"], str(r["reuse"]), f"{r['lr']:g}", str(r["seed"]),
+                 f"{r['updates_logged']}/{r['updates']}" + ("" if r["finished"] else " (running)")]
+        cells += [_f(r[c], digits.get(c, 3)) for c in _CALIB_COLS]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + _absent_note(absent, _CALIB_COLS)
+
+
+def _ms(xs: list[float], digits: int = 3) -> str:
+    m, s, n = mean_std(xs)
+    return f"{_f(m, digits)} ({n})" if n < 2 else f"{_f(m, digits)} ± {_f(s, digits)} ({n})"
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+_HEAD_COLS = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "same_batch_respo_mass_share",
+              "same_batch_vespo_mass_share", "stale_mean:log_w/p10", "stale_mean:kl_k3", "entropy_early",
+              "entropy_late", "grad_clip_rate")
+
+
+def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin: float = MARGIN,
+                    method: str = "bh") -> list[str]:
+    """The headline cell's three tables (module docstring) from finished runs' rows."""
+    from respo.study.stats import ADJUST_METHODS, adjust, format_p, tost, verdict, welch
+
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["finished"]:
+            cells.setdefault((r["lr"], r["reuse"], r["objective"]), []).append(r)
+    if not cells:
+        raise TableError("no finished runs to tabulate")
+    out = ["| lr | N | objective | late mean | held-out pass@1 | pos log W<−1 | neg log W<−1 | ReSPO share | "
+           "VESPO share | log W p10 | k3 KL | entropy early | entropy late | clip rate |", "|" + "---|" * 14]
+    digits = {"stale_mean:log_w/p10": 2, "stale_mean:kl_k3": 4, "grad_clip_rate": 2}
+    for (lr, n, obj), rs in sorted(cells.items()):
+        vals = [_f(_mean([r[c] for r in rs]), digits.get(c, 3)) for c in _HEAD_COLS]
+        out.append(f"| {lr:g} | {n} | {obj} | {_ms([r['late_mean'] for r in rs])} | {_ms([r['pass@1'] for r in rs])} | "
+                   + " | ".join(vals) + " |")
+    out += _absent_note(absent, _HEAD_COLS)
+
+    tests = []  # (lr, n, obj, best, metric, welch, tost)
+    for lr, n in sorted({(k[0], k[1]) for k in cells}):
+        base = [o for o in BASELINES if (lr, n, o) in cells]
+        if not base:
+            continue
+        best = max(base, key=lambda o: mean_std([r["late_mean"] for r in cells[(lr, n, o)]])[0])
+        for (lr2, n2, obj), rs in sorted(cells.items()):
+            if (lr2, n2) != (lr, n) or obj == best:
+                continue
+            for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
+                a, b = [r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]
+                tests.append((lr, n, obj, best, metric, welch(a, b), tost(a, b, margin)))
+    p_adj = adjust([t[5].p for t in tests], method)
+    q_adj = adjust([t[6].p for t in tests], method)
+    name = ADJUST_METHODS[method].split(" (")[0]
+    out += ["", f"Each objective against the best baseline of its (lr, N). p: Welch's two-sided t-test; p ({name}): "
+            f"adjusted over the {len(tests)} tests of this table; TOST p: two one-sided tests of equivalence within "
+            f"±δ = {margin:g}, adjusted the same way. Verdicts from the adjusted p values.", "",
+            f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | Welch t (df) | p | p ({name}) | "
+            f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
+    for (lr, n, obj, best, metric, w, eq), pa, qa in zip(tests, p_adj, q_adj):
+        out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {w.diff:+.3f} | [{w.ci_low:+.3f}, {w.ci_high:+.3f}] | "
+                   f"{_f(w.t, 2)} ({_f(w.df, 1)}) | {format_p(w.p)} | {format_p(pa)} | {format_p(qa)} | "
+                   f"{verdict(w, eq, p=pa, p_tost=qa)} |")
+
+    stale = {k: rs for k, rs in cells.items() if k[1] != 1}
+    n_steps = max((len(r["step_scores"]) for rs in stale.values() for r in rs), default=0)
+    out += ["", "Training score per rollout step (mean over seeds of the mean per-update score in the step; step 1 "
+            "trains on the warm start's rollouts):", ""]
+    if stale and n_steps == 0:
+        return out + ["Not in the given runs.csv: it was written before the `step_scores` column existed."]
+    out += ["| lr | N | objective | " + " | ".join(f"step {i + 1}" for i in range(n_steps)) + " |",
+            "|" + "---|" * (3 + n_steps)]
+    for (lr, n, obj), rs in sorted(stale.items()):
+        steps = [[r["step_scores"][i] for r in rs if len(r["step_scores"]) > i] for i in range(n_steps)]
+        out.append(f"| {lr:g} | {n} | {obj} | " + " | ".join(_f(_mean(v)) if v else "—" for v in steps) + " |")
+    return out
+
+
+def regime_table(inputs: Sequence[tuple[int, list[dict], set[str]]]) -> list[str]:
+    """Per (response length, lr): GRPO at N = 1 and GRPO's stale diagnostics at the largest N
+    (module docstring), at the budget most of those runs have. ``inputs``: (length, rows, absent
+    columns) per runs.csv."""
+    cols = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "stale_mean:log_w/p10", "stale_mean:kl_k3",
+            "entropy_late", "same_batch_respo_mass_share", "same_batch_vespo_mass_share")
+    digits = {"stale_mean:frac_pos_low_w": 4, "pooled_neg_low_w": 4, "stale_mean:log_w/p10": 2,
+              "stale_mean:kl_k3": 4, "same_batch_respo_mass_share": 4, "same_batch_vespo_mass_share": 4}
+    out = []
+    absent_all: set[str] = set()
+    for length, rows, absent in inputs:
+        fin = [r for r in rows if r["finished"] and r["objective"] == "grpo" and not r["routing_replay"]]
+        nmax = max((r["reuse"] for r in fin), default=None)
+        if nmax is None or nmax == 1:
+            continue
+        budgets = [r["updates"] for r in fin if r["reuse"] == nmax]
+        fin = [r for r in fin if r["updates"] == max(set(budgets), key=budgets.count)]  # one budget: the most run
+        if not out:
+            out = [f"| response tokens | lr | GRPO N = 1: late mean | N = 1: pass@1 | GRPO N = {nmax}: seeds | "
+                   "stale positives log W<−1 | stale negatives log W<−1 | log W p10 | k3 KL per token | "
+                   "entropy (late) | ReSPO / VESPO share (same batch) |", "|" + "---|" * 11]
+        absent_all |= absent
+        for lr in sorted({r["lr"] for r in fin if r["reuse"] == nmax}):
+            on = [r for r in fin if r["reuse"] == 1 and r["lr"] == lr]
+            st = [r for r in fin if r["reuse"] == nmax and r["lr"] == lr]
+            v = {c: _f(_mean([r[c] for r in st]), digits.get(c, 3)) for c in cols}
+            on_cells = (f"{_ms([r['late_mean'] for r in on])} | {_ms([r['pass@1'] for r in on])}" if on else "— | —")
+            out.append(f"| {length} | {lr:g} | {on_cells} | {len(st)} | {v[cols[0]]} | {v[cols[1]]} | {v[cols[2]]} | "
+                       f"{v[cols[3]]} | {v[cols[4]]} | {v[cols[5]]} / {v[cols[6]]} |")
+    if not out:
+        raise TableError("no GRPO runs at N > 1 in the given runs.csv files")
+    return out + _absent_note(absent_all, cols)
+
+
+#: The commands a ``fill`` block may run: their output is a markdown table.
+FILL_COMMANDS = ("table", "recommend")
+
+
+def fill(path: Path) -> int:
+    """Regenerate every ``<!-- respo CMD ARGS -->`` ... ``<!-- /respo -->`` block of ``path`` in place,
+    CMD one of `FILL_COMMANDS` (module docstring); returns how many blocks were filled."""
+    import contextlib
+    import io
+    import shlex
+
+    from respo.cli import build_parser
+
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TableError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    out, i, n = [], 0, 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        i += 1
+        head = line.strip()
+        if not (head.startswith("<!-- respo ") and head.endswith("-->")):
+            continue
+        end = next((j for j in range(i, len(lines)) if lines[j].strip() == "<!-- /respo -->"), None)
+        if end is None:
+            raise TableError(f"{path}: line {i}: no closing <!-- /respo --> for {head}")
+        argv = shlex.split(head[len("<!-- respo "):-len("-->")])
+        if not argv or argv[0] not in FILL_COMMANDS or argv[:2] == ["table", "fill"]:
+            raise TableError(f"{path}: line {i}: a block runs respo {' or respo '.join(FILL_COMMANDS)} (not fill), "
+                             f"got: {' '.join(argv)}")
+        buf, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+                args = build_parser().parse_args(argv)
+                args.func(args)
+        except SystemExit:
+            raise TableError(f"{path}: line {i}: bad arguments: respo {' '.join(argv)}") from None
+        except RespoError as e:
+            raise TableError(f"{path}: line {i}: respo {argv[0]}: {e}") from None
+        out += buf.getvalue().rstrip("\n").split("\n")
+        out.append(lines[end])
+        i, n = end + 1, n + 1
+    path.write_text("\n".join(out), encoding="utf-8")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=("calib", "headline", "regime", "fill"),
+                   help="calib: one row per run; headline: objectives over seeds; regime: GRPO's log W spread per "
+                        "response length and lr (LENGTH=runs.csv arguments); fill: regenerate the table blocks of "
+                        "markdown files")
+    p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
+                                            "fill: markdown files)")
+    p.add_argument("--margin", type=float, default=MARGIN, help=f"equivalence margin δ of the headline table "
+                   f"(default {MARGIN:g})")
+    p.add_argument("--adjust", choices=("holm", "bh"), default="bh",
+                   help="multiplicity adjustment within the headline table (default bh: Benjamini–Hochberg)")
+    p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
+    p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
+    p.add_argument("--objectives", default=None, help="comma-separated objectives to keep (default: all)")
+    p.add_argument("--reuse", type=int, default=None, help="keep runs with this N only")
+    p.add_argument("--lrs", default=None, help="comma-separated learning rates to keep (default: all)")
+    p.add_argument("--updates", type=int, default=None, help="keep runs with this budget only")
+
+
+def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
+    keep = [r for r in rows if r["model"] == args.model and r["group_size"] == args.group_size]
+    if args.objectives:
+        objs = set(args.objectives.split(","))
+        keep = [r for r in keep if r["objective"] in objs]
+    if args.reuse is not None:
+        keep = [r for r in keep if r["reuse"] == args.reuse]
+    if args.lrs:
+        try:
+            lrs = {float(x) for x in args.lrs.split(",")}
+        except ValueError:
+            raise TableError(f"--lrs: not a list of numbers: {args.lrs!r}") from None
+        keep = [r for r in keep if r["lr"] in lrs]
+    if args.updates is not None:
+        keep = [r for r in keep if r["updates"] == args.updates]
+    if not keep:
+        raise TableError("no run left after the --model/--group-size/--objectives/--reuse/--lrs/--updates selection")
+    return keep
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the table ``args.kind`` of the runs under ``args.paths``; bad input raises `TableError`."""
+    if not args.margin > 0 or math.isinf(args.margin):
+        raise TableError(f"--margin must be a positive number, got {args.margin}")
+    if args.kind == "fill":
+        for f in args.paths:
+            print(f"{f}: {fill(Path(f))} table block(s) regenerated")
+        return 0
+    if args.kind == "regime":
+        inputs = []
+        for spec in args.paths:
+            length, sep, path = spec.partition("=")
+            if not sep or not length.isdigit():
+                raise TableError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
+            rows, absent = read_rows([path])
+            inputs.append((int(length), _select(rows, args), absent))
+        print("\n".join(regime_table(inputs)))
+        return 0
+    rows, absent = read_rows(args.paths)
+    rows = _select(rows, args)
+    lines = calib_table(rows, absent) if args.kind == "calib" else \
+        headline_tables(rows, absent, margin=args.margin, method=args.adjust)
+    print("\n".join(lines))
+    return 0

@@ -1,0 +1,179 @@
+"""respo table: runs.csv rows from run directories and back, and the tables built from either."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from respo.study.aggregate import load_runs
+from respo.study.tables import (COLUMNS, TableError, calib_table, fill, headline_tables, read_rows, regime_table,
+                                run_row, write_runs_csv)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(root: Path, objective: str, reuse: int, seed: int, scores: list[float], *, lr: float = 3e-5,
+         entropy: list[float] | None = None, pass1: float = 0.5) -> Path:
+    d = root / f"{objective}_N{reuse}_s{seed}"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"objective": objective, "reuse": reuse, "lr": lr, "seed": seed,
+                                               "model": "tiny-dense", "group_size": 8, "updates": len(scores),
+                                               "task": "addition", "prompts": 8}))
+    recs = []
+    for u, s in enumerate(scores):
+        stale = u % reuse
+        rec = {"update": u + 1, "score": s, "staleness_mean": stale, "kl_k3": 0.01 * stale,
+               "log_w_hist/neg/[-2,-1)": 3.0, "log_w_hist/neg/[0,0.25)": 1.0, "log_w_hist/pos/[0,0.25)": 2.0}
+        if entropy is not None:
+            rec["entropy"] = entropy[u]
+        recs.append(rec)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": pass1}}))
+    return d
+
+
+def test_run_row_new_columns_by_hand(tmp_path):
+    # 16 updates at N = 4: 4 rollout steps. Scores 0.00 .. 0.15.
+    scores = [i / 100 for i in range(16)]
+    ent = [1.0] * 4 + [0.5] * 10 + [0.2, 0.4]
+    _run(tmp_path, "grpo", 4, 0, scores, entropy=ent)
+    (run,) = load_runs([tmp_path])
+    row = run_row(run)
+    assert row["first8_score"] == pytest.approx(sum(scores[:8]) / 8)  # 0.035
+    assert row["last8_score"] == pytest.approx(sum(scores[8:]) / 8)  # 0.115
+    # early window = first quarter (4 updates): entropy 1.0; late window = last eighth (2 updates): (0.2 + 0.4)/2
+    assert row["entropy_early"] == pytest.approx(1.0) and row["entropy_late"] == pytest.approx(0.3)
+    # per-step means: (0 + .01 + .02 + .03)/4 = .015, then .055, .095, .135
+    assert row["step_scores"] == pytest.approx([0.015, 0.055, 0.095, 0.135])
+    # stale updates only (12 of 16): negatives 3 of 4 below -1 in every one; no positive below -1
+    assert row["pooled_neg_low_w"] == pytest.approx(0.75) and row["pooled_pos_low_w"] == 0.0
+
+
+def test_runs_csv_round_trip_and_older_files(tmp_path):
+    for seed in (0, 1):
+        _run(tmp_path / "runs", "grpo", 4, seed, [0.1 * seed + i / 100 for i in range(16)], entropy=[0.5] * 16)
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    header = next(csv.reader((tmp_path / "runs.csv").open()))
+    assert tuple(header) == COLUMNS
+    from_csv, absent = read_rows([tmp_path / "runs.csv"])
+    from_dirs, _ = read_rows([tmp_path / "runs"])
+    assert absent == set()
+    assert calib_table(from_csv) == calib_table(from_dirs)
+    # an older runs.csv (the first 14 columns only): the missing columns print as — and are named
+    with (tmp_path / "runs.csv").open() as f, (tmp_path / "old.csv").open("w", newline="") as g:
+        w = csv.writer(g)
+        for r in csv.reader(f):
+            w.writerow(r[:14])
+    rows, absent = read_rows([tmp_path / "old.csv"])
+    assert "entropy_late" in absent and math.isnan(rows[0]["entropy_late"]) and rows[0]["step_scores"] == []
+    table = calib_table(rows, absent)
+    assert table[2].split(" | ")[5] == "—"  # first 8
+    assert "not in the given runs.csv" in table[-1] and "`entropy_early`" in table[-1]
+
+
+def test_read_rows_refuses_bad_input_in_one_line(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(TableError, match="x.csv: not a runs.csv"):
+        read_rows([tmp_path / "x.csv"])
+    header = ",".join(COLUMNS[:14])
+    (tmp_path / "y.csv").write_text(header + "\n" + "r,tiny-dense,grpo,4,8,3e-5,0,False,16,True,16,abc,0.1,0.5\n")
+    with pytest.raises(TableError, match="y.csv: line 2, column late_mean: not a number: 'abc'"):
+        read_rows([tmp_path / "y.csv"])
+    (tmp_path / "z.csv").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(TableError, match="z.csv: not a UTF-8"):
+        read_rows([tmp_path / "z.csv"])
+
+
+def _rows(obj: str, late: list[float], pass1: list[float], reuse: int = 32) -> list[dict]:
+    return [{"lr": 3e-5, "reuse": reuse, "objective": obj, "finished": True, "late_mean": x, "pass@1": p,
+             "step_scores": [], **{c: math.nan for c in COLUMNS if c not in ("lr", "reuse", "objective", "finished",
+                                                                            "late_mean", "pass@1", "step_scores")}}
+            for x, p in zip(late, pass1)]
+
+
+def test_headline_tables_adjust_within_the_table_and_state_the_margin():
+    rows = (_rows("vespo", [0.60, 0.62, 0.61], [0.60, 0.62, 0.61]) + _rows("grpo", [0.50, 0.52, 0.51], [0.60, 0.63, 0.60])
+            + _rows("respo", [0.30, 0.33, 0.31], [0.30, 0.31, 0.35]))
+    out = headline_tables(rows, margin=0.03, method="holm")
+    tests = [line for line in out if " vs vespo " in line]
+    assert len(tests) == 4  # grpo and respo, two metrics each, against the best baseline (vespo)
+    assert "adjusted over the 4 tests of this table" in "\n".join(out) and "TOST p (δ = 0.03)" in "\n".join(out)
+    # grpo's late mean: the same spread as vespo's, difference exactly -0.10: Welch t = -0.1/sqrt(2·0.0001/3)
+    # = -12.25 on df = 4, p ≈ 2.5e-4; Holm multiplies the smallest of 4 p values by 4 -> still < .05: "worse"
+    grpo_late = next(line for line in tests if line.startswith("| 3e-05 | 32 | grpo") and "late mean" in line)
+    assert "-0.100" in grpo_late and "-12.25 (4.0)" in grpo_late and grpo_late.rstrip(" |").endswith("worse")
+    assert out[-1].startswith("Not in the given runs.csv")  # no step_scores
+
+
+def test_regime_table_one_budget_and_mean_over_seeds():
+    def row(reuse, seed, updates, frac, late=0.5):
+        r = _rows("grpo", [late], [late], reuse=reuse)[0]
+        r.update({"seed": seed, "updates": updates, "routing_replay": False, "stale_mean:frac_pos_low_w": frac})
+        return r
+    rows = [row(1, 0, 64, math.nan, 0.6), row(32, 0, 64, 0.002), row(32, 1, 64, 0.004), row(32, 0, 128, 0.5)]
+    out = regime_table([(32, rows, set())])
+    (line,) = [x for x in out if x.startswith("| 32 |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2] == "0.600 (1)" and cells[4] == "2" and cells[5] == "0.0030"  # the 128-update run left out
+
+
+def test_fill_regenerates_marked_blocks(tmp_path, monkeypatch):
+    for seed in (0, 1):
+        _run(tmp_path / "runs", "grpo", 4, seed, [i / 100 for i in range(16)])
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    md = tmp_path / "r.md"
+    md.write_text("# R\n<!-- respo table calib runs.csv -->\nstale text\n<!-- /respo -->\nend\n")
+    monkeypatch.chdir(tmp_path)
+    assert fill(md) == 1
+    text = md.read_text()
+    assert "stale text" not in text and "| grpo | 4 | 3e-05 | 0 | 16/16 |" in text and text.endswith("end\n")
+    md.write_text("<!-- respo table calib runs.csv -->\nno end\n")
+    with pytest.raises(TableError, match="no closing"):
+        fill(md)
+    md.write_text("<!-- respo train --updates 1 -->\n<!-- /respo -->\n")
+    with pytest.raises(TableError, match="a block runs respo table or respo recommend"):
+        fill(md)
+    md.write_text("<!-- respo table calib missing.csv -->\n<!-- /respo -->\n")
+    with pytest.raises(TableError, match="line 1: respo table: cannot read missing.csv"):
+        fill(md)
+
+
+def test_cli_table_bad_input_is_one_line(tmp_path):
+    (tmp_path / "x.csv").write_text("a\n")
+    p = subprocess.run([sys.executable, "-m", "respo", "table", "headline", str(tmp_path / "x.csv")], cwd=REPO,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "not a runs.csv" in p.stderr
+
+
+def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monkeypatch):
+    # every table block of the long report and every table file make_reports.sh writes is the output of
+    # its respo command on the committed runs.csv files: regenerating them changes nothing
+    import contextlib
+    import io
+    import shutil
+
+    from respo.cli import main
+
+    shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "reports/long/report.md"
+    assert fill(report) == 7
+    assert report.read_text() == (REPO / "reports/long/report.md").read_text()
+    R = "reports/long"
+    for argv, out in ((["calib", f"{R}/calib-128/runs.csv"], f"{R}/calib-128/table.md"),
+                      (["headline", f"{R}/headline-128/runs.csv"], f"{R}/headline-128.md"),
+                      (["headline", f"{R}/main-128/runs.csv"], f"{R}/main-128/table.md"),
+                      (["calib", f"{R}/calib-256/runs.csv"], f"{R}/calib-256/table.md"),
+                      (["headline", f"{R}/calib-256/runs.csv", "--reuse", "32", "--lrs", "1e-4"], f"{R}/calib-256/headline.md")):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["table", *argv]) == 0
+        assert buf.getvalue() == (REPO / out).read_text(), out
+    assert "respo table" in (REPO / R / "make_reports.sh").read_text()
