@@ -10,7 +10,12 @@ Each run is a separate ``python -m respo train --config BASE --resume|--overwrit
 (one torch thread by default), ``--jobs`` of them at a time. A run whose ``summary.json`` exists is
 skipped; an interrupted run restarts from its newest checkpoint (``--resume``; one killed before its
 first checkpoint starts again with ``--overwrite``), so killing and
-re-launching the same command continues the sweep. Several presets may share one sweep directory:
+re-launching the same command continues the sweep: its run processes die with it (on Linux, even
+when it is killed with SIGKILL), and each run's ``sweep.lock`` is held while its sweep lives, so a
+second sweep over the same directory leaves a run that is still going to the first and reports it
+as ``running`` (exit 1: not finished). A finished run is reused only if it was made with the same
+settings (every setting but the device and those `respo train --resume` may change); otherwise the
+sweep stops in one line naming the setting. Several presets may share one sweep directory:
 a run is identified by its grid coordinates only, so the calibration's runs are reused by the
 main sweep when the coordinates coincide.
 
