@@ -2,12 +2,17 @@
 
 Runs ``update_step`` (forward, loss, backward, AdamW) on synthetic on-policy mini-batches of B
 rows whose response lengths vary from step to step (uniform in [T/2, T], as a run's trimmed
-batches do), once eager and once with ``compile = true`` (``torch.compile(model, dynamic=True)``),
-from the same initial weights. Prints one JSON line per (preset, T, device):
+batches do), eager and with ``compile = true`` (``torch.compile(model, dynamic=True)``), from the
+same initial weights, in one process: two models, each with its own optimizer, step i of both on
+the same batch i, their order alternating from step to step (`timing.order`). Step 0 of each side
+is its full-size warm-up (the compiled side compiles there); the medians are over the ``--steps``
+- 1 steps after it (at least 3 for a figure to quote; fewer print a warning line). Prints one JSON
+line per (preset, T, device):
 
     compile_overhead_s = Σ_steps compiled - steps · median(compiled step)   (compilation, recompiles)
     saved_per_step_s   = median(eager step) - median(compiled step)
     break_even_updates = compile_overhead_s / saved_per_step_s               (inf when nothing is saved)
+    speedup_per_step   = median(eager step) / median(compiled step)
 
 A run of U updates gains from ``compile`` when U > break_even_updates (the old-logp forwards of
 reuse N > 1 add N - 1 compiled forwards per rollout step, so this is if anything pessimistic).
@@ -24,6 +29,7 @@ import json
 import time
 
 import torch
+from timing import check_repeats, median, order
 
 from respo.runtime.precision import resolve_device
 
@@ -48,19 +54,21 @@ def synthetic_batch(B: int, T: int, vocab: int, gen: torch.Generator):
                  adv=adv, old_logp=torch.zeros(B, T))
 
 
-def run_steps(model, cfg, batches, device) -> list[float]:
+def run_sides(models: dict, cfgs: dict, batches, device) -> dict[str, list[float]]:
+    """Seconds of each side's update on each batch, the sides alternating their order per batch."""
     from respo.train.step import make_optimizer, update_step
 
-    opt, sched = make_optimizer(model, cfg)
-    times = []
-    for batch in batches:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        update_step(model, opt, sched, batch, cfg, on_policy=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+    opts = {k: make_optimizer(models[k], cfgs[k]) for k in models}
+    times: dict[str, list[float]] = {k: [] for k in models}
+    for i, batch in enumerate(batches):
+        for k in order(list(models), i):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            update_step(models[k], *opts[k], batch, cfgs[k], on_policy=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times[k].append(time.perf_counter() - t0)
     return times
 
 
@@ -75,18 +83,17 @@ def measure(preset: str, T: int, rows: int, steps: int, device: torch.device, dt
     gen = torch.Generator().manual_seed(seed)
     batches = [synthetic_batch(rows, T, len(tok), gen) for _ in range(steps)]
     out = {"preset": preset, "T": T, "rows": rows, "steps": steps, "device": str(device), "dtype": dtype}
-    med = {}
-    for compiled in (False, True):
-        cfg = apply_overrides(TrainConfig(), {"model": preset, "objective": "grpo", "warmup": 0, "dtype": dtype,
-                                              "compile": compiled, "prompts": rows, "group_size": 1,
-                                              "adv_kind": "grpo", "device": str(device)})
-        model = copy.deepcopy(base).to(device).train()
-        times = run_steps(model, cfg, batches, device)
-        name = "compiled" if compiled else "eager"
-        med[name] = sorted(times)[len(times) // 2]
-        out[f"{name}_total_s"] = sum(times)
+    cfgs = {name: apply_overrides(TrainConfig(), {"model": preset, "objective": "grpo", "warmup": 0, "dtype": dtype,
+                                                  "compile": name == "compiled", "prompts": rows, "group_size": 1,
+                                                  "adv_kind": "grpo", "device": str(device)})
+            for name in ("eager", "compiled")}
+    models = {name: copy.deepcopy(base).to(device).train() for name in cfgs}
+    times = run_sides(models, cfgs, batches, device)
+    med = {name: median(t[1:]) for name, t in times.items()}  # after each side's warm-up step
+    for name, t in times.items():
+        out[f"{name}_total_s"] = sum(t)
         out[f"{name}_median_step_s"] = med[name]
-        out[f"{name}_first_step_s"] = times[0]
+        out[f"{name}_first_step_s"] = t[0]
     overhead = out["compiled_total_s"] - steps * med["compiled"]
     saved = med["eager"] - med["compiled"]
     out.update({"compile_overhead_s": overhead, "saved_per_step_s": saved,
@@ -100,12 +107,13 @@ def main() -> None:
     ap.add_argument("--presets", nargs="+", default=["tiny-dense"])
     ap.add_argument("--max-new-tokens", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--rows", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=20, help="updates per side, the first a warm-up")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    check_repeats(a.steps - 1, "--steps - 1 (measured steps)")
     torch.set_num_threads(a.threads)
     device = resolve_device(a.device)
     for preset in a.presets:

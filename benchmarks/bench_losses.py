@@ -10,6 +10,10 @@ independent) and, on CUDA, the peak allocated during the step.
     python benchmarks/bench_losses.py --device cuda --repeats 50
 
 Target: respo within 1.15x of the floor and no slower than verl's ``vanilla``.
+
+Timing (`timing`): ``--warmup`` untimed rounds of every implementation at the measured shape, then
+``--repeats`` rounds (at least 3 for a figure to quote; fewer print a warning line), one step of
+each implementation per round, the order reversed every other round; medians per implementation.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+from timing import check_repeats, order
 
 from respo import OBJECTIVES, build_objective, policy_loss
 
@@ -74,13 +79,14 @@ def one_step(step: Callable[[torch.Tensor], torch.Tensor], logp: torch.Tensor) -
 
 
 def time_round_robin(steps: Dict[str, Callable], logp: torch.Tensor, repeats: int, warmup: int):
-    """Median seconds and CUDA peak per step, measured interleaved (one of each per round) so that a
-    change of machine load during the run affects every implementation alike."""
+    """Median seconds and CUDA peak per step, measured interleaved (one of each per round, the order
+    reversed every other round) so that a change of machine load during the run affects every
+    implementation alike and none always runs right after the same other one."""
     times: Dict[str, List[float]] = {k: [] for k in steps}
     peaks: Dict[str, Optional[int]] = {k: None for k in steps}
     for r in range(warmup + repeats):
-        for key, step in steps.items():
-            dt, peak = one_step(step, logp)
+        for key in order(list(steps), r):
+            dt, peak = one_step(steps[key], logp)
             if r >= warmup:
                 times[key].append(dt)
                 if peak is not None:
@@ -130,6 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-verl", action="store_true", help="skip verl's functions")
     ap.add_argument("--no-diagnostics", action="store_true", help="time respo without the weight diagnostics")
     args = ap.parse_args(argv)
+    check_repeats(args.repeats)
+    if args.warmup < 1:
+        raise SystemExit(f"--warmup must be at least 1 (a full-size round before timing), got {args.warmup}")
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)

@@ -9,22 +9,27 @@ every forward (sampling, old log-probs, training), so no row stops early. Every 
 at the maximum length and gets the same reward, so the advantages are 0; that changes no work:
 both sides run the loss, backward and the optimizer step unconditionally.
 
-Prints JSON lines: per side and preset, seconds per update (median of the measured steps after
-warm-up), response tokens per second, and for respo the share of step time spent inside the
+Timing (`timing`): each side is measured ``--repeats`` times (default 3; fewer print a warning
+line), respo and TRL alternating which goes first; each measurement builds its side afresh and runs
+one full-size warm-up update before its ``--steps`` measured ones. Prints JSON lines: per side,
+preset and repeat, seconds per update (median of the measured steps), response tokens per second, and for respo the share of step time spent inside the
 model's forward (every call of the top module: sampling decode steps, the old-logp forward, the
 training forward) plus backward; the rest (sampling logic, log-softmax, loss, optimizer,
 bookkeeping) is overhead. The same share is measured for TRL's step (its generate() decode calls,
-forwards and backward). Finally the throughput ratio respo / TRL, per preset and length.
+forwards and backward). Finally the throughput ratio respo / TRL of the medians over the repeats,
+per preset and length.
 
 Then the training forward+backward alone (``token_logprobs`` of a (B, L) batch, a loss, backward)
-in float32 and under bfloat16 autocast: tokens/s and achieved FLOP/s (counted by
+in float32 and under bfloat16 autocast, one model, both dtypes warmed up at the full size and then
+``--repeats`` steps of each, alternating: tokens/s and achieved FLOP/s (counted by
 ``torch.utils.flop_counter``) as a fraction of the single-thread matmul peak measured here
-(a square ``MATMUL_PEAK_SIZE`` matmul in each dtype).
+(a square ``MATMUL_PEAK_SIZE`` matmul in each dtype), and the ratio bfloat16 / float32 of tokens/s.
 
     .venv/bin/python benchmarks/bench_step.py [--presets tiny-dense tiny-moe] [--max-new-tokens 32 256]
-        [--steps 3] [--threads 1] [--skip-trl] [--skip-step] [--skip-train] [--device cpu]
+        [--steps 3] [--repeats 3] [--threads 1] [--skip-trl] [--skip-step] [--skip-train] [--device cpu]
 
-A quick run: ``--presets tiny-dense --prompts 4 --group-size 4 --max-new-tokens 32 --steps 1``.
+A quick look (not a figure to quote): ``--presets tiny-dense --prompts 4 --group-size 4
+--max-new-tokens 32 --steps 1 --repeats 1``.
 
 Timings on a busy machine are noisy: compare ratios from one call, not absolute numbers.
 """
@@ -37,6 +42,7 @@ import tempfile
 import time
 
 import torch
+from timing import check_repeats, median, order, time_sides
 from torch.utils.flop_counter import FlopCounterMode
 
 from respo.runtime.precision import resolve_device
@@ -225,10 +231,11 @@ def matmul_peak_flops(dtype: torch.dtype, reps: int = 5, device: torch.device = 
     return 2 * n**3 / best
 
 
-def bench_train(preset: str, B: int, L: int, dtype: torch.dtype, steps: int, seed: int = 0,
-                device: torch.device = torch.device("cpu")) -> dict:
+def bench_train(preset: str, B: int, L: int, dtypes: list[torch.dtype], repeats: int, seed: int = 0,
+                device: torch.device = torch.device("cpu")) -> dict[str, dict]:
     """Forward (``token_logprobs``) + backward of a (B, L) batch, prompts of TRAIN_PROMPT_LEN columns,
-    in ``dtype`` as a run computes it (`respo.runtime.precision.mixed_precision`)."""
+    in each of ``dtypes`` as a run computes it (`respo.runtime.precision.mixed_precision`), timed with
+    `timing.time_sides` (one model; each dtype warmed up at the full size, alternating order)."""
     from respo.runtime.logprobs import token_logprobs
     from respo.runtime.precision import mixed_precision
     from respo.runtime.tokenizer import build_char_tokenizer
@@ -238,31 +245,34 @@ def bench_train(preset: str, B: int, L: int, dtype: torch.dtype, steps: int, see
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(4, len(tok), (B, L), generator=gen).to(device)  # (B, L) ordinary characters
     attention_mask = torch.ones_like(input_ids)  # (B, L)
-    dtype_name = str(dtype).removeprefix("torch.")
 
-    def step():
-        with mixed_precision(model, dtype_name):
-            logp, _ = token_logprobs(model, input_ids, attention_mask, TRAIN_PROMPT_LEN)  # (B, T)
-        (-logp.mean()).backward()
-        model.zero_grad(set_to_none=True)
-        _sync(device)
+    def step(dtype_name):
+        def call(_r=0):
+            with mixed_precision(model, dtype_name):
+                logp, _ = token_logprobs(model, input_ids, attention_mask, TRAIN_PROMPT_LEN)  # (B, T)
+            (-logp.mean()).backward()
+            model.zero_grad(set_to_none=True)
+        return call
 
-    step()  # warm-up
-    with FlopCounterMode(display=False) as counter:
-        step()
-    flops = counter.get_total_flops()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    t = sorted(times)[len(times) // 2]
-    peak = matmul_peak_flops(dtype, device=device)
-    return {"side": "train_forward_backward", "preset": preset, "dtype": dtype_name, "device": str(device),
-            "B": B, "L": L, "response_tokens": B * (L - TRAIN_PROMPT_LEN), "s_per_step": t,
-            "tokens_per_s": B * L / t, "response_tokens_per_s": B * (L - TRAIN_PROMPT_LEN) / t,
-            "flops_per_step": flops, "achieved_flops_per_s": flops / t, "matmul_peak_flops_per_s": peak,
-            "fraction_of_matmul_peak": flops / t / peak}
+    names = [str(d).removeprefix("torch.") for d in dtypes]
+    run = {n: step(n) for n in names}
+    flops = {}
+    for n in names:
+        with FlopCounterMode(display=False) as counter:
+            run[n]()
+        flops[n] = counter.get_total_flops()
+    times = time_sides(run, repeats, sync=lambda: _sync(device))
+    out = {}
+    for n, d in zip(names, dtypes):
+        t = median(times[n])
+        peak = matmul_peak_flops(d, device=device)
+        out[n] = {"side": "train_forward_backward", "preset": preset, "dtype": n, "device": str(device),
+                  "B": B, "L": L, "repeats": repeats, "response_tokens": B * (L - TRAIN_PROMPT_LEN), "s_per_step": t,
+                  "times_s": [round(x, 4) for x in times[n]], "tokens_per_s": B * L / t,
+                  "response_tokens_per_s": B * (L - TRAIN_PROMPT_LEN) / t, "flops_per_step": flops[n],
+                  "achieved_flops_per_s": flops[n] / t, "matmul_peak_flops_per_s": peak,
+                  "fraction_of_matmul_peak": flops[n] / t / peak}
+    return out
 
 
 def main() -> None:
@@ -271,7 +281,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, nargs="+", default=[32, 256])
-    ap.add_argument("--steps", type=int, default=3, help="measured updates per side (after 1 warm-up)")
+    ap.add_argument("--steps", type=int, default=3, help="measured updates per side and repeat (after 1 warm-up)")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of each side, alternating order; medians over them")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-trl", action="store_true")
     ap.add_argument("--skip-step", action="store_true", help="only the training forward+backward")
@@ -280,21 +291,34 @@ def main() -> None:
     ap.add_argument("--train-len", type=int, default=280, help="columns per row, prompt included")
     ap.add_argument("--device", default="cpu", help="device of the training forward+backward (cpu, cuda, auto)")
     a = ap.parse_args()
+    check_repeats(a.repeats)
     torch.set_num_threads(a.threads)
     for preset in a.presets:
         for T in ([] if a.skip_step else a.max_new_tokens):
-            r = bench_respo(preset, a.prompts, a.group_size, T, a.steps)
-            print(json.dumps({**r, "threads": a.threads}), flush=True)
-            if a.skip_trl:
-                continue
-            t = bench_trl(preset, a.prompts, a.group_size, T, a.steps)
-            print(json.dumps({**t, "threads": a.threads}), flush=True)
-            print(json.dumps({"preset": preset, "T": T,
-                              "throughput_ratio_respo_over_trl": r["tokens_per_s"] / t["tokens_per_s"],
-                              "step_time_ratio_trl_over_respo": t["s_per_update"] / r["s_per_update"]}), flush=True)
-        for dtype in ([] if a.skip_train else [torch.float32, torch.bfloat16]):
-            r = bench_train(preset, a.train_batch, a.train_len, dtype, a.steps, device=resolve_device(a.device))
-            print(json.dumps({**r, "threads": a.threads}), flush=True)
+            sides = {"respo": bench_respo} if a.skip_trl else {"respo": bench_respo, "trl": bench_trl}
+            res: dict[str, list[dict]] = {k: [] for k in sides}
+            for r in range(a.repeats):
+                for side in order(list(sides), r):
+                    out = sides[side](preset, a.prompts, a.group_size, T, a.steps)
+                    res[side].append(out)
+                    print(json.dumps({**out, "repeat": r, "threads": a.threads}), flush=True)
+            tps = {k: median([o["tokens_per_s"] for o in v]) for k, v in res.items()}
+            spu = {k: median([o["s_per_update"] for o in v]) for k, v in res.items()}
+            for k in sides:
+                print(json.dumps({"side": k, "preset": preset, "T": T, "repeats": a.repeats, "threads": a.threads,
+                                  "median_tokens_per_s": tps[k], "median_s_per_update": spu[k]}), flush=True)
+            if "trl" in sides:
+                print(json.dumps({"preset": preset, "T": T, "repeats": a.repeats,
+                                  "throughput_ratio_respo_over_trl": tps["respo"] / tps["trl"],
+                                  "step_time_ratio_trl_over_respo": spu["trl"] / spu["respo"]}), flush=True)
+        if not a.skip_train:
+            r = bench_train(preset, a.train_batch, a.train_len, [torch.float32, torch.bfloat16], a.repeats,
+                            device=resolve_device(a.device))
+            for line in r.values():
+                print(json.dumps({**line, "threads": a.threads}), flush=True)
+            print(json.dumps({"side": "train_forward_backward", "preset": preset, "B": a.train_batch, "L": a.train_len,
+                              "repeats": a.repeats, "threads": a.threads, "ratio_bfloat16_over_float32_tokens_per_s":
+                              r["bfloat16"]["tokens_per_s"] / r["float32"]["tokens_per_s"]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def _command() -> str:
 def _run_sweep(args: argparse.Namespace) -> int:
     import json
 
-    from respo.study.sweep import plan, run_sweep
+    from respo.study.sweep import exit_code, plan, run_sweep
 
     if args.set is not None:
         args.set = dict(args.set)
@@ -26,7 +26,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
                     preset=args.preset, command=_command(), prewarm=not args.no_prewarm, dry_run=args.dry_run,
                     device=args.device)
     print(json.dumps(res, indent=1))
-    return 1 if res["failed"] else 0
+    return exit_code(res)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -10,7 +10,12 @@ Each run is a separate ``python -m respo train --config BASE --resume|--overwrit
 (one torch thread by default), ``--jobs`` of them at a time. A run whose ``summary.json`` exists is
 skipped; an interrupted run restarts from its newest checkpoint (``--resume``; one killed before its
 first checkpoint starts again with ``--overwrite``), so killing and
-re-launching the same command continues the sweep. Several presets may share one sweep directory:
+re-launching the same command continues the sweep: its run processes die with it (on Linux, even
+when it is killed with SIGKILL), and each run's ``sweep.lock`` is held while its sweep lives, so a
+second sweep over the same directory leaves a run that is still going to the first and reports it
+as ``running`` (exit 1: not finished). A finished run is reused only if it was made with the same
+settings (every setting but the device and those `respo train --resume` may change); otherwise the
+sweep stops in one line naming the setting. Several presets may share one sweep directory:
 a run is identified by its grid coordinates only, so the calibration's runs are reused by the
 main sweep when the coordinates coincide.
 
@@ -51,7 +56,7 @@ from typing import Any, Callable, Iterable
 
 from respo.runtime.precision import device_problem
 from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, objective_label, run_name
-from respo.train.checkpoint import latest_checkpoint
+from respo.train.checkpoint import RESUMABLE, latest_checkpoint
 from respo.train.config import ConfigError
 
 __all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_label", "main", "add_arguments",
@@ -272,14 +277,109 @@ def _done(run_dir: Path) -> bool:
     return (run_dir / "summary.json").is_file()
 
 
-def _alive(lock: Path) -> bool:
-    """True when ``lock`` names a live process (a run still going from an earlier, killed sweep)."""
-    try:
-        pid = int(lock.read_text().strip())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return False
-    return True
+#: Run in each run's process before `respo train` (``python -c CHILD_GUARD SWEEP_PID CMD...``): on Linux
+#: the kernel sends it SIGKILL when the sweep's thread that started it dies, whatever kills the sweep
+#: (``prctl(PR_SET_PDEATHSIG)``, kept across the exec); a sweep already gone by then is caught by the
+#: parent check. Elsewhere the guard only execs the command.
+CHILD_GUARD = """
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        sys.exit("respo sweep: prctl(PR_SET_PDEATHSIG) failed: errno %d" % ctypes.get_errno())
+    if os.getppid() != int(sys.argv[1]):
+        os._exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+LOCK = "sweep.lock"
+
+
+def _guarded(cmd: list[str]) -> list[str]:
+    """``cmd`` behind `CHILD_GUARD`: the process dies with this sweep."""
+    return [sys.executable, "-c", CHILD_GUARD, str(os.getpid()), *cmd]
+
+
+class _RunLock:
+    """An exclusive ``flock`` on ``RUN/sweep.lock``, held by the sweep and inherited by the run's
+    process, so it is held exactly while either is alive; the file names the run's process id for the
+    message only. No process id is ever trusted (one may be reused), and a file left by a killed sweep
+    locks nothing."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock without waiting; False when another sweep's run holds it."""
+        import fcntl
+
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            try:  # the file we locked may have been removed by its holder meanwhile: lock the new one
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    self.fd = fd
+                    return True
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+    def write(self, pid: int) -> None:
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{pid}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Remove the file, then let go (in this order: a sweep that locks the file in between sees it gone)."""
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _clear_stale_lock(run_dir: Path) -> None:
+    """Remove a ``sweep.lock`` nobody holds (left by a killed sweep)."""
+    if (run_dir / LOCK).exists():
+        lock = _RunLock(run_dir)
+        if lock.acquire():
+            lock.release()
+
+
+#: Settings that may differ between a finished run and a sweep that would reuse it: `RESUMABLE`
+#: (the ones `respo train --resume` accepts) and where it runs (not part of a run's name).
+REUSABLE = (*RESUMABLE, "device")
+
+
+def _changed_settings(specs: list[RunSpec], runs_dir: Path, base_config: Path, threads: int) -> dict[str, dict]:
+    """Runs this sweep would reuse (finished, or resumable from a checkpoint) that were made with other
+    settings: ``{name: {field: (recorded, asked)}}``, every field outside `REUSABLE` compared."""
+    from respo.train.config import TrainConfig, config_to_dict, load_config
+
+    defaults = config_to_dict(TrainConfig())
+    out = {}
+    for s in specs:
+        run_dir = runs_dir / s.name
+        path = run_dir / "config.json"
+        if not path.is_file() or not (_done(run_dir) or latest_checkpoint(run_dir / "ckpt") is not None):
+            continue  # nothing to reuse: a fresh run, or one restarted from scratch
+        try:
+            recorded = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"cannot read {path}: {err}") from None
+        asked = config_to_dict(load_config(base_config, {**s.overrides, "threads": threads}))
+        diff = {k: (recorded.get(k, defaults.get(k)), v) for k, v in asked.items()
+                if k not in REUSABLE and recorded.get(k, defaults.get(k)) != v}
+        if diff:
+            out[s.name] = diff
+    return out
 
 
 def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) -> None:
@@ -328,35 +428,56 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
 def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, threads: int = 1,
               base_config: str | Path = BASE_CONFIG, preset: str = "", command: str = "",
               prewarm: bool = True, dry_run: bool = False, device: str = "cpu") -> dict:
-    """Run every spec not finished yet, ``jobs`` processes at a time; return counts and failures.
+    """Run every spec not finished yet, ``jobs`` processes at a time; return what happened to each.
 
     ``device`` is every run's ``--device``: with "cuda" the ``jobs`` processes share one GPU (each
     holds its own CUDA context) and write the same run directories as on the CPU.
 
     Each run's stdout/stderr go to ``runs/<name>/train.log``. A failed run is reported (name, exit
-    code, last log line) and the sweep continues; re-running the same command retries it.
+    code, last log line) and the sweep continues; re-running the same command retries it. Each run
+    process dies with the sweep (`CHILD_GUARD`), and holds ``sweep.lock`` in its directory with it
+    (`_RunLock`): a run locked by another sweep is left to it and reported as ``running``.
+
+    Returns ``{"total", "skipped", "ran", "running", "failed"}``: ``skipped`` counts the runs finished
+    before this sweep, ``ran`` the runs this sweep finished, ``running`` names the runs another sweep is
+    still running, ``failed`` describes the runs that failed; every spec is in exactly one of them.
+
+    Raises:
+        ConfigError: the device is unusable, or a run this sweep would reuse was made with other
+            settings (named in one line; nothing is written).
     """
     sweep_dir, base_config = Path(sweep_dir), Path(base_config)
     problem = device_problem(device)
     if problem:
-        raise ConfigError(f"respo sweep: {problem}")
+        raise ConfigError(problem)
     runs_dir = sweep_dir / "runs"
+    changed = _changed_settings(specs, runs_dir, base_config, threads)
+    if changed:
+        name, diff = next(iter(changed.items()))
+        said = ", ".join(f"{k} = {json.dumps(old)} in the run, {json.dumps(new)} asked" for k, (old, new) in diff.items())
+        more = f" (and {len(changed) - 1} more run(s))" if len(changed) > 1 else ""
+        raise ConfigError(f"{len(changed)} run(s) under {runs_dir} were made with other settings, e.g. {name}: "
+                          f"{said}{more}; rerun with the runs' settings or use another --out")
     todo = [s for s in specs if not _done(runs_dir / s.name)]
     if dry_run:
         print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run", flush=True)
         for s in todo:
             print(shlex.join(train_command(s, runs_dir / s.name, base_config, threads, device)))
-        return {"total": len(specs), "skipped": len(specs) - len(todo), "ran": 0, "failed": []}
+        return {"total": len(specs), "skipped": len(specs) - len(todo), "ran": 0, "running": [], "failed": []}
     runs_dir.mkdir(parents=True, exist_ok=True)
     _update_manifest(sweep_dir, {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "preset": preset,
                                  "command": command, "base_config": str(base_config),
                                  "base_config_text": base_config.read_text(), "jobs": jobs, "threads": threads, "device": device,
                                  "runs": [s.name for s in specs]}, specs)
+    for s in specs:
+        if _done(runs_dir / s.name):
+            _clear_stale_lock(runs_dir / s.name)
     print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run "
           f"({jobs} at a time) -> {runs_dir}", flush=True)
     if todo and prewarm:
         _prewarm(todo, base_config, threads * jobs, sweep_dir, device)
 
+    outcome: dict[str, str] = {}  # name -> "ran" | "skipped" | "running" | "failed"
     failed: list[dict] = []
     t_start = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
@@ -366,31 +487,51 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
         i, s = i_spec
         run_dir = runs_dir / s.name
         run_dir.mkdir(parents=True, exist_ok=True)
-        cmd = train_command(s, run_dir, base_config, threads, device)
-        lock = run_dir / "sweep.lock"
-        if _alive(lock):
-            print(f"[sweep] skip {s.name}: running in process {lock.read_text().strip()} (another sweep)", flush=True)
+        lock = _RunLock(run_dir)
+        if not lock.acquire():
+            outcome[s.name] = "running"
+            print(f"[sweep] not run {s.name}: another sweep is running it (process {lock.holder()})", flush=True)
             return
-        t0 = time.perf_counter()
-        with open(run_dir / "train.log", "a") as log:
-            log.write("$ " + shlex.join(cmd) + "\n")
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-            lock.write_text(str(proc.pid))
-            rc = proc.wait()
-        lock.unlink(missing_ok=True)
+        try:
+            if _done(run_dir):  # finished by another sweep since this one looked
+                outcome[s.name] = "skipped"
+                return
+            cmd = train_command(s, run_dir, base_config, threads, device)
+            t0 = time.perf_counter()
+            with open(run_dir / "train.log", "a") as log:
+                log.write("$ " + shlex.join(cmd) + "\n")
+                log.flush()
+                # started and waited for by this thread: the parent-death signal follows this thread
+                proc = subprocess.Popen(_guarded(cmd), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                        pass_fds=(lock.fd,))
+                lock.write(proc.pid)
+                rc = proc.wait()
+        finally:
+            lock.release()
         dt = time.perf_counter() - t0
         if rc != 0 or not _done(run_dir):
             tail = (run_dir / "train.log").read_text().strip().splitlines()[-1:] or [""]
+            outcome[s.name] = "failed"
             failed.append({"run": s.name, "rc": rc, "last_line": tail[0]})
             print(f"[sweep] FAILED {s.name} rc={rc}: {tail[0]}", flush=True)
         else:
+            outcome[s.name] = "ran"
             print(f"[sweep] done {i + 1}/{len(todo)} {s.name} in {dt:.0f} s "
                   f"(elapsed {time.perf_counter() - t_start:.0f} s)", flush=True)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, enumerate(todo)))
-    return {"total": len(specs), "skipped": len(specs) - len(todo), "ran": len(todo) - len(failed), "failed": failed}
+    count = lambda kind: sum(v == kind for v in outcome.values())  # noqa: E731
+    running = [s.name for s in todo if outcome.get(s.name) == "running"]
+    if running:
+        print(f"[sweep] {len(running)} run(s) still running in another sweep; this sweep is not finished", flush=True)
+    return {"total": len(specs), "skipped": len(specs) - len(todo) + count("skipped"), "ran": count("ran"),
+            "running": running, "failed": failed}
+
+
+def exit_code(res: dict) -> int:
+    """0 when every run of the sweep is finished; 1 when one failed or another sweep is still running one."""
+    return 1 if res["failed"] or res.get("running") else 0
 
 
 def _kv(text: str) -> tuple[str, Any]:
@@ -447,7 +588,7 @@ def cmd_sweep(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                     preset=args.preset, command=command, prewarm=not args.no_prewarm, dry_run=args.dry_run,
                     device=args.device)
     print(json.dumps(res, indent=1))
-    return 1 if res["failed"] else 0
+    return exit_code(res)
 
 
 def main(argv: list[str] | None = None) -> int:
