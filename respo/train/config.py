@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from respo.core import ADVANTAGE_KINDS, AGG_MODES, OBJECTIVES, build_objective, hyperparameters
+from respo.core import ADVANTAGE_KINDS, AGG_MODES, build_objective
+from respo.core.objectives import UnknownHyperparameterError, UnknownObjectiveError
 from respo.errors import RespoError
 from respo.runtime.precision import DTYPES, device_problem
 
@@ -241,19 +242,18 @@ def _is_preset(model: str) -> bool:
 
 
 def _objective_problem(cfg: TrainConfig) -> str | None:
-    """What is wrong with the objective, its hyperparameters and its aggregation, asked of the core."""
-    if cfg.objective not in OBJECTIVES:
-        return f"objective {cfg.objective!r} is unknown; choose one of {', '.join(sorted(OBJECTIVES))}"
-    accepted = hyperparameters(cfg.objective)
-    unknown = sorted(set(cfg.objective_kwargs) - set(accepted))
-    if unknown:
-        return (f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(unknown)}; "
-                f"it accepts {', '.join(sorted(accepted)) or 'none'}")
+    """What is wrong with the objective, its hyperparameters and its aggregation, asked of the core
+    (`build_objective` checks the names and values, `Objective.agg_mode` the aggregation)."""
     try:
         objective = build_objective(cfg.objective, **cfg.objective_kwargs)
+    except UnknownObjectiveError as err:
+        return f"objective {cfg.objective!r} is unknown; choose one of {', '.join(err.valid)}"
+    except UnknownHyperparameterError as err:
+        return (f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(err.unknown)}; "
+                f"it accepts {', '.join(sorted(err.valid)) or 'none'}")
     except (ValueError, TypeError) as err:
         return f"objective {cfg.objective!r} rejects objective_kwargs {cfg.objective_kwargs}: {err}"
-    if cfg.loss_agg_mode in AGG_MODES:
+    if cfg.loss_agg_mode in AGG_MODES:  # an unknown mode is reported on its own
         try:
             objective.agg_mode(cfg.loss_agg_mode)
         except ValueError as err:

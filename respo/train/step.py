@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from respo import build_objective, group_advantages, policy_loss
+from respo.core import Objective, build_objective, group_advantages
 from respo.runtime import moe
 from respo.runtime.logprobs import token_logprobs
 from respo.runtime.precision import mixed_precision
@@ -32,7 +32,7 @@ from respo.train.metrics import timed
 from respo.train.policy import Policy
 
 __all__ = ["ForwardRouting", "rollout_batch", "micro_batches", "recompute_logp", "update_step", "make_optimizer",
-           "batch_metrics", "training_forward"]
+           "batch_metrics", "training_forward", "run_objective"]
 
 
 class ForwardRouting:
@@ -202,9 +202,16 @@ def recompute_logp(model, batch: Batch, cfg: TrainConfig, *, start_row: int = 0)
 # ----------------------------------------------------------------------------------------------
 # One policy update
 # ----------------------------------------------------------------------------------------------
-def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
-                on_policy: bool = False) -> tuple[dict[str, Any], torch.Tensor]:
+def run_objective(cfg: TrainConfig) -> Objective:
+    """The run's objective, built once: ``cfg.objective`` with ``cfg.objective_kwargs`` and ``cfg.loss_agg_mode``."""
+    return build_objective(cfg.objective, loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
+
+
+def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, on_policy: bool = False,
+                objective: Objective | None = None) -> tuple[dict[str, Any], torch.Tensor]:
     """One optimizer step on one mini-batch (gradient accumulation over micro-batches).
+
+    ``objective``: the run's objective (`run_objective`; built from ``cfg`` when not given).
 
     With ``on_policy=True`` (no update since the rollout) ``batch.old_logp`` is not read: the old
     policy is the current one, so ``old_logp`` is the detached training forward itself, bitwise
@@ -226,7 +233,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     ent_sum = torch.zeros(())
     loss_total = torch.zeros(())
     router_now = []  # MoE: the experts the current router picks, per micro-batch
-    objective = build_objective(cfg.objective, **cfg.objective_kwargs)  # checked once, not per micro-batch
+    objective = run_objective(cfg) if objective is None else objective
     for i, j in micro_batches(batch.mask, batch.response_start, cfg):
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
@@ -237,9 +244,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
             old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
         if mb.routing is not None:
             router_now.append(_cpu_or_none(routing.current(length=mb.input_ids.shape[1])))
-        loss, _ = policy_loss(objective, logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
-                              loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens.to(device),
-                              global_seqs=global_seqs, diagnostics=False)
+        loss, _ = objective(logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
+                            global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False)
         loss.backward()
         loss_total += loss.detach().cpu()
         logp_all[i:j, :t] = logp.detach().cpu() * mb.mask
@@ -250,8 +256,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     optimizer.step()
     scheduler.step()
     with torch.no_grad():
-        _, diag = policy_loss(objective, logp_all, old_logp, batch.adv, batch.mask,
-                              loss_agg_mode=cfg.loss_agg_mode or None)
+        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask)
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)

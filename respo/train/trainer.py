@@ -34,7 +34,7 @@ from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, timed, write_summary
 from respo.train.policy import load_run_policy
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
-from respo.train.step import batch_metrics, make_optimizer, update_step
+from respo.train.step import batch_metrics, make_optimizer, run_objective, update_step
 
 __all__ = ["train"]
 
@@ -101,6 +101,7 @@ def _run(cfg: TrainConfig, run_dir: Path, ckpt_root: Path, ckpt: Path | None, se
         if cfg.routing_replay and not moe.is_moe(model):
             raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
         model.train()
+        objective = run_objective(cfg)  # built once per run
         state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
                          buffer=RolloutBuffer(cfg.mini_batch_seqs),
                          generator=torch.Generator(device=device).manual_seed(cfg.seed),
@@ -147,7 +148,7 @@ def _run(cfg: TrainConfig, run_dir: Path, ckpt_root: Path, ckpt: Path | None, se
                     rec = dict(mb.metrics)
                     with timed(rec, "train"):
                         metrics, old_logp = update_step(model, state.optimizer, state.scheduler, mb.batch, cfg,
-                                                        on_policy=mb.on_policy)
+                                                        on_policy=mb.on_policy, objective=objective)
                     rec.update(metrics)
                     rec.update(batch_metrics(mb.batch, old_logp, state.version))
                     state.dropped += rec.get("dropped", 0)
