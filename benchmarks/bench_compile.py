@@ -49,7 +49,7 @@ def synthetic_batch(B: int, T: int, vocab: int, gen: torch.Generator):
 
 
 def run_steps(model, cfg, batches, device) -> list[float]:
-    from respo.train.step import make_optimizer, update_step
+    from respo.train.update import make_optimizer, update_step
 
     opt, sched = make_optimizer(model, cfg)
     times = []

@@ -194,7 +194,8 @@ class SequenceWeightTerm:
         return Term(values, phi, log_w=log_w)
 
 
-def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)", neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)") -> TermFn:
+def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
+              neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)") -> TermFn:
     """Two-branch reshaped sequence objective L = −agg[φ_i·Â_it·logp_it], φ_i = K_{sign Â_i}(log W_i).
 
     log W_i = Σ_t m(logp − old_logp) + Σ_t m·log ρ, clamped to [−20, 20]; φ is detached, so

@@ -88,7 +88,7 @@ detached tensors, no ``.item()``)::
 
 Integration points for the trainer
 ----------------------------------
-The trainer does all three through ``respo.train.step.ForwardRouting``.
+The trainer does all three through ``respo.train.update.ForwardRouting``.
 
 (a) Sampling: for an MoE policy (``is_moe(model)``), record the rollout::
 
