@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,7 @@ def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_FLOAT_FIELDS = tuple(name for name, f in _FIELDS.items() if isinstance(f.default, float))
 
 
 def _field_type(name: str) -> type:
@@ -262,7 +264,7 @@ def _objective_problem(cfg: TrainConfig) -> str | None:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Check ``cfg`` can run; raise one `ConfigError` listing every problem."""
+    """Check ``cfg`` can run; raise one `ConfigError` listing every problem (one line when there is one)."""
     errs: list[str] = []
     positive = ("prompts", "updates", "max_new_tokens", "train_pool", "eval_k", "sync_every", "queue_size",
                 "keep_checkpoints")
@@ -290,18 +292,16 @@ def validate(cfg: TrainConfig) -> None:
                     f"the learner would outrun every sample the worker can produce and wait forever")
     if cfg.loss_agg_mode and cfg.loss_agg_mode not in AGG_MODES:
         errs.append(f"loss_agg_mode {cfg.loss_agg_mode!r} is unknown; choose one of {', '.join(AGG_MODES)}")
-    if not (cfg.lr > 0):
-        errs.append(f"lr must be > 0, got {cfg.lr}")
-    if cfg.weight_decay < 0:
-        errs.append(f"weight_decay must be >= 0, got {cfg.weight_decay}")
-    if cfg.grad_clip < 0:
-        errs.append(f"grad_clip must be >= 0 (0 disables), got {cfg.grad_clip}")
+    # Numbers: every float field finite (inf passed "lr > 0" and NaN passed "weight_decay >= 0"), then its range.
+    nonfinite = [name for name in _FLOAT_FIELDS if not math.isfinite(getattr(cfg, name))]
+    errs += [f"{name} must be a finite number, got {getattr(cfg, name)}" for name in nonfinite]
+    ranges = {"lr": (cfg.lr > 0, "> 0"), "weight_decay": (cfg.weight_decay >= 0, ">= 0"),
+              "grad_clip": (cfg.grad_clip >= 0, ">= 0 (0 disables)"), "adam_eps": (cfg.adam_eps > 0, "> 0"),
+              "temperature": (cfg.temperature > 0, "> 0"), "top_p": (0 < cfg.top_p <= 1, "in (0, 1]")}
+    errs += [f"{name} must be {bound}, got {getattr(cfg, name)}" for name, (ok, bound) in ranges.items()
+             if not ok and name not in nonfinite]
     if len(cfg.adam_betas) != 2 or not all(0 <= b < 1 for b in cfg.adam_betas):
         errs.append(f"adam_betas must be two numbers in [0, 1), got {list(cfg.adam_betas)}")
-    if not (cfg.temperature > 0):
-        errs.append(f"temperature must be > 0, got {cfg.temperature}")
-    if not (0 < cfg.top_p <= 1):
-        errs.append(f"top_p must be in (0, 1], got {cfg.top_p}")
     if not _is_preset(cfg.model):
         p = Path(cfg.model)
         if not p.is_dir():
@@ -323,5 +323,7 @@ def validate(cfg: TrainConfig) -> None:
     objective_problem = _objective_problem(cfg)
     if objective_problem:
         errs.append(objective_problem)
+    if len(errs) == 1:  # one problem, one line
+        raise ConfigError(f"1 problem in the training config: {errs[0]}")
     if errs:
         raise ConfigError(f"{len(errs)} problem(s) in the training config:\n  - " + "\n  - ".join(errs))

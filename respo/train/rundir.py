@@ -5,9 +5,10 @@ files first, nothing else); ``--resume`` needs a checkpoint whenever the directo
 run's files, and refuses any setting that would change the experiment (`RESUMABLE` lists the
 settings that cannot; they may change and are recorded in config.json under ``resumed``). One
 process at a time may use a run directory (an advisory lock on the directory itself, so nothing
-extra is written).
+extra is written). A path that cannot become a run directory (a regular file, a path under a file,
+a directory this process may not write) is refused by `check_writable` before anything is written.
 
-The trainer's order: `lock_run_dir` → `prepare_run_dir` (the checkpoint to resume from) →
+The trainer's order: `check_writable` → `lock_run_dir` → `prepare_run_dir` (the checkpoint to resume from) →
 `check_resume` and `finished` → `reopen` (a resumed run that goes on drops what described its end)
 → `write_config`.
 """
@@ -25,7 +26,8 @@ from typing import Any, Iterator, Mapping
 from respo.errors import RespoError
 from respo.train.checkpoint import latest_checkpoint
 
-__all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "prepare_run_dir", "lock_run_dir", "resume_changes", "check_resume", "finished", "resumed_entries",
+__all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
+           "prepare_run_dir", "lock_run_dir", "resume_changes", "check_resume", "finished", "resumed_entries",
            "reopen", "write_config"]
 
 #: What a run writes into its directory; anything else there (a sweep's train.log, notes) is left alone.
@@ -50,6 +52,38 @@ def run_entries(run_dir: str | Path) -> list[str]:
     """The `RUN_ENTRIES` present in ``run_dir``: the files of a previous run."""
     run_dir = Path(run_dir)
     return [name for name in RUN_ENTRIES if (run_dir / name).exists()]
+
+
+def _writable(path: Path) -> bool:
+    """This process may create entries in directory ``path`` (by its effective ids where the OS allows)."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
+
+
+def check_writable(run_dir: str | Path) -> None:
+    """Refuse, before anything is written, a ``run_dir`` that cannot become a run directory.
+
+    Raises:
+        RunDirError: ``run_dir`` is not a directory (a regular file, ...), lies under a file, or is (or
+            would be created in) a directory this process may not write.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() or run_dir.is_symlink():
+        if not run_dir.is_dir():
+            raise RunDirError(f"run directory {str(run_dir)!r} exists and is not a directory; choose another "
+                              f"--out-dir")
+        if not _writable(run_dir):
+            raise RunDirError(f"run directory {str(run_dir)!r} is not writable; choose another --out-dir or "
+                              f"make it writable")
+        return
+    parent = run_dir.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise RunDirError(f"run directory {str(run_dir)!r} cannot be created: {str(parent)!r} is a file, not a "
+                          f"directory")
+    if not _writable(parent):
+        raise RunDirError(f"run directory {str(run_dir)!r} cannot be created: {str(parent)!r} is not writable")
 
 
 def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Path | None:

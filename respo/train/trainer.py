@@ -35,7 +35,7 @@ from respo.train.config import ConfigError, TrainConfig, config_to_dict, validat
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
 from respo.train.policy import Policy, load_run_policy
-from respo.train.rundir import (check_resume, finished, lock_run_dir, prepare_run_dir, reopen,
+from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, reopen,
                                 resumed_entries, write_config)
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
 from respo.train.update import make_optimizer, run_objective, update_step
@@ -55,8 +55,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
     `respo.study.run_report.write_run_report`). While it runs, the run seeds the global torch, python
     and numpy RNGs and sets ``cfg.threads`` torch threads; all of them are restored on return.
 
-    The run directory (`respo.train.rundir`): a new run needs an empty or absent ``out_dir``;
-    ``overwrite=True`` deletes a previous run's files first. ``resume=True`` continues from the newest checkpoint (verified: a
+    The run directory (`respo.train.rundir`): a path that cannot be a writable directory is refused
+    before anything is written; a new run needs an empty or absent ``out_dir``; ``overwrite=True``
+    deletes a previous run's files first. ``resume=True`` continues from the newest checkpoint (verified: a
     corrupt one raises `CheckpointError`), bitwise identical to an uninterrupted run in sync mode on
     the CPU with fixed threads; only the settings in `respo.train.rundir.RESUMABLE` may differ from
     the run's (config.json records them under ``resumed``), any other difference raises `RunDirError`.
@@ -65,6 +66,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
     """
     validate(cfg)
     run_dir = Path(cfg.out_dir)
+    check_writable(run_dir)
     with lock_run_dir(run_dir):
         ckpt = prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
         settings = config_to_dict(cfg)
