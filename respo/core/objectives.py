@@ -566,13 +566,7 @@ def policy_loss(
     mask: torch.Tensor,
     *,
     loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-    **hparams,
+    **kwargs,
 ) -> Tuple[torch.Tensor, Metrics]:
     """Loss and metrics of the objective ``name`` (see the module docstring for the list).
 
@@ -587,24 +581,23 @@ def policy_loss(
       mask: (B, T) 0/1 validity mask.
       loss_agg_mode: one of ``AGG_MODES``; None uses the objective's published default
         (``token-mean``; ``seq-mean-token-mean`` for gspo, sapo, gmpo).
-      rollout_log_ratio: optional (B, T) per-token log ρ (training/inference mismatch correction).
-      global_tokens, global_seqs: counts of the global batch, for micro-batch invariance.
-      loss_scale_factor: H for ``seq-mean-token-sum-norm``.
-      nan_policy: ``raise`` (default) or ``mask`` (drop and count bad rows).
-      diagnostics: compute the weight diagnostics (on by default; cheap, (B,)-sized).
-      **hparams: the objective's hyperparameters (``hyperparameters(name)`` lists them), and the extra
-        (B, T) tensors its entry declares (e.g. ``prox_logp``).
+      **kwargs: the keyword arguments of every objective's call (``COMMON_KWARGS``, see
+        ``Objective.__call__``): ``rollout_log_ratio`` optional (B, T) per-token log ρ (training/
+        inference mismatch correction); ``global_tokens``, ``global_seqs`` counts of the global batch,
+        for micro-batch invariance; ``loss_scale_factor`` H for ``seq-mean-token-sum-norm``;
+        ``nan_policy`` ``raise`` (default) or ``mask`` (drop and count bad rows); ``diagnostics``
+        (on by default; cheap, (B,)-sized). Then the extra (B, T) tensors the objective's entry
+        declares (e.g. ``prox_logp``), and its hyperparameters (``hyperparameters(name)`` lists them).
 
     Returns:
       (loss 0-d tensor with grad, metrics dict of detached 0-d tensors).
     """
-    common = dict(rollout_log_ratio=rollout_log_ratio, global_tokens=global_tokens, global_seqs=global_seqs,
-                  loss_scale_factor=loss_scale_factor, nan_policy=nan_policy, diagnostics=diagnostics)
     if isinstance(name, Objective):
-        return name(logp, old_logp, advantages, mask, loss_agg_mode=loss_agg_mode, **common, **hparams)
-    extra = {k: hparams.pop(k) for k in _entry(name).inputs if k in hparams}
+        return name(logp, old_logp, advantages, mask, loss_agg_mode=loss_agg_mode, **kwargs)
+    call_names = set(COMMON_KWARGS) | set(_entry(name).inputs)
+    hparams = {k: kwargs.pop(k) for k in list(kwargs) if k not in call_names}
     objective = build_objective(name, loss_agg_mode=loss_agg_mode, **hparams)
-    return objective(logp, old_logp, advantages, mask, **common, **extra)
+    return objective(logp, old_logp, advantages, mask, **kwargs)
 
 
 def _loss_function(name: str) -> LossFn:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from respo.core import Objective, build_objective
+from respo.core import Objective, build_objective, moe_metrics
 from respo.runtime import moe
 from respo.runtime.logprobs import token_logprobs
 from respo.runtime.precision import mixed_precision
@@ -190,7 +190,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     if router_now:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
         now = moe.cat_routings(router_now, length=batch.routing.shape[1])  # (S, L, n_layers, k)
         num_experts = moe.find_moe_layers(model)[0].num_experts
-        out.update(moe.moe_metrics(batch.routing, now, num_experts, batch.mask, prefix=""))
+        out.update(moe_metrics(batch.routing, now, num_experts, batch.mask, prefix=""))
     return out, old_logp
 
 
