@@ -207,3 +207,17 @@ def test_grad_clipped_says_whether_clipping_fired(setup, grad_clip, clipped):
     m, _ = update_step(model, opt, sched, batch, cfg)
     assert float(m["grad_norm"]) > 1e-6
     assert float(m["grad_clipped"]) == clipped
+
+
+def test_a_run_builds_its_objective_once_and_train_writes_no_report(tmp_path, monkeypatch):
+    # The objective (hyperparameters checked, aggregation settled) is built once per run, not per update,
+    # and train() only trains: report.md and curve.png are the CLI's and the demo's to write.
+    import respo.train.update as update
+    from respo.train.trainer import train
+
+    built = []
+    real = update.build_objective
+    monkeypatch.setattr(update, "build_objective", lambda *a, **kw: built.append(a) or real(*a, **kw))
+    run = train(_cfg(updates=3, reuse=1, objective="gspo", loss_agg_mode="token-mean", out_dir=str(tmp_path / "r")))
+    assert built == [("gspo",)]
+    assert (run / "summary.json").is_file() and not (run / "report.md").exists() and not (run / "curve.png").exists()
