@@ -56,7 +56,7 @@ def synthetic_batch(B: int, T: int, vocab: int, gen: torch.Generator):
 
 def run_sides(models: dict, cfgs: dict, batches, device) -> dict[str, list[float]]:
     """Seconds of each side's update on each batch, the sides alternating their order per batch."""
-    from respo.train.step import make_optimizer, update_step
+    from respo.train.update import make_optimizer, update_step
 
     opts = {k: make_optimizer(models[k], cfgs[k]) for k in models}
     times: dict[str, list[float]] = {k: [] for k in models}

@@ -114,7 +114,9 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
     from respo.runtime.tokenizer import build_char_tokenizer
     from respo.train.config import TrainConfig, apply_overrides
     from respo.train.policy import Policy
-    from respo.train.step import make_optimizer, recompute_logp, rollout_batch, update_step
+    from respo.core import group_advantages
+    from respo.train.rollout import recompute_logp, sample_rollout
+    from respo.train.update import make_optimizer, update_step
 
     tok = build_char_tokenizer()
     model = policy_for(preset, tok, seed, T + 64).train()
@@ -132,7 +134,8 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
         for step in range(steps + 1):
             clock.reset()
             t0 = time.perf_counter()
-            batch, rec = rollout_batch(policy, task, pool, list(range(step * B, (step + 1) * B)), cfg, gen, step)
+            batch, rec = sample_rollout(policy, task, pool, list(range(step * B, (step + 1) * B)), cfg, gen, step)
+            batch.adv = group_advantages(batch.rewards, G)  # as the loop computes them
             t1 = time.perf_counter()
             # as the sync trainer at N = 1: the only mini-batch is on-policy, old_logp = detached training forward
             batch.old_logp = recompute_logp(model, batch, cfg, start_row=cfg.mini_batch_seqs)

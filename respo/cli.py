@@ -89,12 +89,15 @@ def _scalars(ev):
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from respo.study.run_report import write_run_report
     from respo.train.config import load_config
     from respo.train.trainer import train
 
     cfg = load_config(args.config, _overrides(args))
     _transformers_progress(cfg.progress)
     run_dir = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    if not (run_dir / "report.md").exists():  # a finished run left untouched keeps its report
+        write_run_report(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     print(json.dumps({"run_dir": str(run_dir), "eval_before": _scalars(summary.get("eval_before")),
                       "eval_after": _scalars(summary.get("eval_after")), "wall_s": summary.get("wall_s")}, indent=1))
@@ -162,7 +165,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from respo.train.config import coerce
-    from respo.train.demo import run_demo
+    from respo.demo import run_demo
 
     overrides = _overrides(args)
     _transformers_progress(coerce("progress", overrides.get("progress", True)))

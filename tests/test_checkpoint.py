@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
-from respo.train.checkpoint import (RESUMABLE, CheckpointError, RunDirError, RunState, checkpoint_manifest,
-                                    latest_checkpoint, load_checkpoint, lock_run_dir, prepare_run_dir, resume_changes,
+from respo.train.checkpoint import (CheckpointError, RunState, checkpoint_manifest, latest_checkpoint, load_checkpoint,
                                     rng_state, save_checkpoint, set_rng_state)
+from respo.train.rundir import RESUMABLE, RunDirError, lock_run_dir, prepare_run_dir, resume_changes
 
 
 class Tied(torch.nn.Module):

@@ -86,3 +86,22 @@ def test_objective_checks_come_from_the_core():
     with pytest.raises(ConfigError, match="it accepts neg, pos"):
         validate(apply_overrides(TrainConfig(), {"objective_kwargs": {"tau": 1.0}}))
     validate(apply_overrides(TrainConfig(), {"objective": "gmpo", "loss_agg_mode": "seq-mean-token-mean"}))
+
+
+@pytest.mark.parametrize("name, value", [("lr", "inf"), ("lr", "-inf"), ("temperature", "inf"), ("top_p", "nan"),
+                                         ("weight_decay", "nan"), ("weight_decay", "inf"), ("grad_clip", "nan"),
+                                         ("adam_eps", "inf"), ("adam_eps", "nan")])
+def test_every_number_must_be_finite(name, value):
+    # inf passed `lr > 0` and nan passed `weight_decay < 0`: each is refused, naming the field and value.
+    with pytest.raises(ConfigError) as err:
+        validate(apply_overrides(TrainConfig(), {name: value}))
+    assert f"{name} must be a finite number, got {value}" in str(err.value)
+    assert str(err.value).startswith("1 problem in the training config: ")  # once, not also as "must be > 0"
+    assert "\n" not in str(err.value)
+
+
+def test_adam_eps_must_be_positive():
+    with pytest.raises(ConfigError, match=r"adam_eps must be > 0, got -1e-08"):
+        validate(apply_overrides(TrainConfig(), {"adam_eps": -1e-8}))
+    with pytest.raises(ConfigError, match=r"adam_betas must be two numbers in \[0, 1\), got \[0.9, nan\]"):
+        validate(apply_overrides(TrainConfig(), {"adam_betas": "[0.9, NaN]"}))

@@ -2,7 +2,7 @@
 
 import json
 
-from respo.train.demo import demo_config, run_demo
+from respo.demo import demo_config, run_demo
 
 
 def test_demo_settings_are_valid_and_off_policy():

@@ -20,13 +20,10 @@ from transformers import (
     Qwen3MoeConfig,
 )
 
+from respo.core import load_balance, missing_index, moe_metrics, router_shift
 from respo.runtime.moe import (
     find_moe_layers,
     is_moe,
-    load_balance,
-    missing_index,
-    moe_metrics,
-    router_shift,
     routing_replay,
     RoutingRecorder,
 )
@@ -583,7 +580,7 @@ def test_cat_routings_pads_trimmed_micro_batches():
 
 
 def test_core_diagnostics_import_only_torch():
-    """respo.core.moe_diagnostics is torch-only; runtime.moe re-exports the same objects."""
+    """respo.core.moe_diagnostics is torch-only, and respo.core is the one public path to it."""
     import subprocess
     import sys
 
@@ -593,16 +590,18 @@ def test_core_diagnostics_import_only_torch():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+    import respo.core
     from respo.core import moe_diagnostics
     from respo.runtime import moe
 
     for name in ("router_shift", "load_balance", "expert_load", "moe_metrics", "missing_index", "routing_dtype"):
-        assert getattr(moe, name) is getattr(moe_diagnostics, name)
+        assert getattr(respo.core, name) is getattr(moe_diagnostics, name) and name in respo.core.__all__
+        assert not hasattr(moe, name), name  # not re-exported by the runtime
 
 
 def test_routing_dtype_and_sentinel():
     # uint8 holds experts 0..254 with 255 as the sentinel; int16 up to 32767 experts, sentinel -1
-    from respo.runtime.moe import routing_dtype
+    from respo.core import routing_dtype
 
     assert routing_dtype(255) == torch.uint8 and missing_index(torch.uint8) == 255
     assert routing_dtype(256) == torch.int16 and missing_index(torch.int16) == -1

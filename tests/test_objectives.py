@@ -467,3 +467,88 @@ def test_fold_rollout_log_ratio_by_hand():
         fold_rollout_log_ratio(torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), name="my weights")
     with pytest.raises(ValueError, match="level must be one of"):
         fold_rollout_log_ratio(w, mask, level="row")
+
+
+# --------------------------------------------------------------------------------------------------
+# The objective is the pipeline: clip ranges checked at build, the mode settled at build, extra inputs
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["grpo", "gspo", "cispo", "gmpo"])
+@pytest.mark.parametrize("key", ["clip_ratio_low", "clip_ratio_high"])
+def test_negative_clip_ranges_are_refused_when_the_objective_is_built(name, key):
+    from respo import build_objective
+
+    # A negative ε turns the clip interval inside out (1 − ε_l > 1 + ε_h is possible): refused in one line.
+    with pytest.raises(ValueError, match=rf"{name}: {key} must be >= 0, got -0.1") as err:
+        build_objective(name, **{key: -0.1})
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=rf"{key} must be >= 0, got nan"):
+        build_objective(name, **{key: float("nan")})
+    build_objective(name, **{key: 0.0})  # zero is a valid (degenerate) range
+
+
+def test_the_aggregation_mode_is_settled_when_the_objective_is_built():
+    from respo import build_objective
+
+    logp, old, adv, mask = random_batch(seed=5)
+    built = build_objective("grpo", loss_agg_mode="seq-mean-token-sum")
+    assert built.loss_agg_mode == "seq-mean-token-sum" and build_objective("gspo").loss_agg_mode == "seq-mean-token-mean"
+    a, _ = built(logp, old, adv, mask)
+    b, _ = policy_loss("grpo", logp, old, adv, mask, loss_agg_mode="seq-mean-token-sum")
+    c, _ = policy_loss("grpo", logp, old, adv, mask)  # token-mean: a different number
+    assert a.item() == b.item() and a.item() != c.item()
+    with pytest.raises(ValueError, match="gmpo aggregates per sequence"):
+        build_objective("gmpo", loss_agg_mode="token-mean")  # refused before any tensor exists
+    with pytest.raises(ValueError, match="unknown loss_agg_mode 'mean'"):
+        build_objective("respo", loss_agg_mode="mean")
+
+
+def test_unknown_names_raise_errors_that_carry_what_is_valid():
+    from respo.core.objectives import UnknownHyperparameterError, UnknownObjectiveError, build_objective
+
+    with pytest.raises(UnknownObjectiveError) as err:
+        build_objective("ppo2")
+    assert err.value.name == "ppo2" and "respo" in err.value.valid and isinstance(err.value, ValueError)
+    with pytest.raises(UnknownHyperparameterError) as err:
+        build_objective("respo", tau=1.0, pos=(2.0, 0.5, 2.0))
+    assert err.value.unknown == ["tau"] and list(err.value.valid) == ["pos", "neg"]
+
+
+def _echo_prox_term(inputs, log_ratio, rho):
+    """A term that reads an extra per-token input: ℓ_it = −(prox_logp_it)·logp_it (a test double)."""
+    from respo.core.objectives import Term
+
+    prox = inputs.extra["prox_logp"]  # (B, T), detached
+    return Term(-prox * inputs.logp, prox)
+
+
+def test_an_objective_can_read_an_extra_per_token_input(monkeypatch):
+    from respo.core import objectives as O
+
+    def factory():
+        return _echo_prox_term
+
+    monkeypatch.setitem(O._TABLE, "echo", O._Entry(factory, inputs=("prox_logp",)))
+    # mask [[1, 1], [1, 0]], logp all −1, prox [[2, 3], [4, NaN]]: token-mean of −prox·logp over the 3
+    # valid tokens = (2 + 3 + 4) / 3 = 3; the NaN is off the mask and never read.
+    logp = torch.full((2, 2), -1.0, dtype=f64, requires_grad=True)
+    mask = torch.tensor([[1, 1], [1, 0]], dtype=f64)
+    prox = torch.tensor([[2.0, 3.0], [4.0, math.nan]], dtype=f64)
+    loss, _ = O.build_objective("echo")(logp, logp.detach(), torch.ones(2, dtype=f64), mask, prox_logp=prox)
+    assert loss.item() == pytest.approx(3.0)
+    loss2, _ = O.policy_loss("echo", logp, logp.detach(), torch.ones(2, dtype=f64), mask, prox_logp=prox)
+    assert loss2.item() == loss.item()
+    with pytest.raises(ValueError, match=r"objective 'echo' needs the per-token input\(s\) \['prox_logp'\]"):
+        O.build_objective("echo")(logp, logp.detach(), torch.ones(2, dtype=f64), mask)
+    with pytest.raises(ValueError, match=r"prox_logp shape \(2, 1\) does not match logp shape \(2, 2\)"):
+        O.build_objective("echo")(logp, logp.detach(), torch.ones(2, dtype=f64), mask, prox_logp=prox[:, :1])
+    bad = prox.clone()
+    bad[0, 0] = math.inf  # on a valid token: named like any other input, or the row is dropped under "mask"
+    with pytest.raises(ValueError, match=r"prox_logp: 1 row\(s\)"):
+        O.build_objective("echo")(logp, logp.detach(), torch.ones(2, dtype=f64), mask, prox_logp=bad)
+    loss3, metrics = O.build_objective("echo")(logp, logp.detach(), torch.ones(2, dtype=f64), mask, prox_logp=bad,
+                                               nan_policy="mask")
+    assert metrics["bad_rows/nonfinite"].item() == 1 and loss3.item() == pytest.approx(4.0)  # row 1 only
+    with pytest.raises(ValueError, match=r"\['prox_logp'\].*set by build_objective"):
+        O.build_objective("respo")(logp, logp.detach(), torch.ones(2, dtype=f64), mask, prox_logp=prox)

@@ -5,10 +5,16 @@ disk: nothing overwritten, nothing mixed, nothing recorded falsely, one readable
 """
 
 import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from cli_support import one_error_line, records, train_cli
+
+NOBODY = 65534  # the unprivileged user id the read-only tests run as when run by root
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +135,88 @@ def test_repeated_prompts_are_said(tmp_path, capsys):
     assert "repeat" in capsys.readouterr().err
     first = [r for r in records(run) if "event" not in r][0]
     assert first["repeated_prompts"] == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Directories and numbers that cannot work: one line naming the path or value, nothing written
+# --------------------------------------------------------------------------------------------------
+
+
+def _tree(path):
+    """Every path under ``path`` (itself included), to show that nothing was written."""
+    return sorted(str(p) for p in [path, *path.rglob("*")])
+
+
+@contextmanager
+def _unwritable(directory):
+    """``directory`` made one this process may not write: mode 0o555, and, for root (whom modes do
+    not stop), the effective user ``nobody`` until the block ends. The directory's ancestors must be
+    searchable by everyone (see `_open_base`)."""
+    import respo.study.run_report  # noqa: F401 (imported now: nobody may not be able to read a cache later)
+    import respo.train.trainer  # noqa: F401
+
+    directory.chmod(0o555)
+    as_root = os.geteuid() == 0
+    try:
+        if as_root:
+            os.seteuid(NOBODY)
+        yield
+    finally:
+        if as_root:
+            os.seteuid(0)
+        directory.chmod(0o755)
+
+
+@pytest.fixture
+def _open_base():
+    """A fresh directory under /tmp that every user may search (pytest's tmp_path is private to root)."""
+    with tempfile.TemporaryDirectory(prefix="respo-rundir-") as base:
+        Path(base).chmod(0o755)
+        yield Path(base)
+
+
+def test_an_out_dir_that_is_a_regular_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes\n")
+    assert train_cli(path, "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert str(path) in line and "not a directory" in line
+    assert path.read_text() == "my notes\n" and _tree(tmp_path) == [str(tmp_path), str(path)]
+
+
+def test_an_out_dir_under_a_regular_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes\n")
+    assert train_cli(path / "runs" / "a", "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert str(path / "runs" / "a") in line and f"{str(path)!r} is a file" in line
+    assert _tree(tmp_path) == [str(tmp_path), str(path)]
+
+
+def test_an_out_dir_in_a_read_only_parent_is_one_line(_open_base, capsys):
+    parent = _open_base / "shared"
+    parent.mkdir()
+    with _unwritable(parent):
+        status = train_cli(parent / "run", "--updates", "1")
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert str(parent / "run") in line and f"{str(parent)!r} is not writable" in line
+    assert _tree(parent) == [str(parent)]
+
+
+def test_a_read_only_run_directory_is_one_line(_open_base, capsys):
+    run = _open_base / "run"
+    run.mkdir()
+    with _unwritable(run):
+        status = train_cli(run, "--updates", "1")
+    assert status == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert str(run) in line and "is not writable" in line
+    assert _tree(run) == [str(run)]  # no config.json attempted
+
+
+def test_an_infinite_learning_rate_is_refused_before_anything_is_written(tmp_path, capsys):
+    assert train_cli(tmp_path / "run", "--lr", "inf", "--updates", "2") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert "lr must be a finite number, got inf" in line
+    assert not (tmp_path / "run").exists()

@@ -159,7 +159,8 @@ def test_drop_finished_identity_on_trained_like_weights(model, tok):
 
 
 def test_router_recorder_integration(tok):
-    from respo.runtime.moe import RoutingRecorder, missing_index
+    from respo.core import missing_index
+    from respo.runtime.moe import RoutingRecorder
 
     model = build_policy("tiny-moe", tok, seed=0, initializer_range=0.1)
     rec = RoutingRecorder(model)

@@ -16,7 +16,8 @@ from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
 from respo.train.policy import Policy
-from respo.train.step import make_optimizer, recompute_logp, rollout_batch, update_step
+from respo.train.rollout import recompute_logp, sample_rollout
+from respo.train.update import make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)
@@ -110,7 +111,8 @@ def test_moe_routing_recorded_replayed_and_shift_logged(replay):
     pool = task.examples("train", 16, 0)
     cfg = _cfg(model="tiny-moe", routing_replay=replay, micro_batch=4)
     policy = Policy(model, tok, {})
-    batch, _ = rollout_batch(policy, task, pool, [0, 1], cfg, torch.Generator().manual_seed(0), 0)
+    batch, _ = sample_rollout(policy, task, pool, [0, 1], cfg, torch.Generator().manual_seed(0), 0)
+    batch.adv = respo.group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
     L, n_layers, k = batch.input_ids.shape[1], model.config.num_hidden_layers, model.config.num_experts_per_tok
     assert batch.routing is not None and tuple(batch.routing.shape) == (8, L, n_layers, k)
     batch.old_logp = recompute_logp(model, batch, cfg)
@@ -205,3 +207,17 @@ def test_grad_clipped_says_whether_clipping_fired(setup, grad_clip, clipped):
     m, _ = update_step(model, opt, sched, batch, cfg)
     assert float(m["grad_norm"]) > 1e-6
     assert float(m["grad_clipped"]) == clipped
+
+
+def test_a_run_builds_its_objective_once_and_train_writes_no_report(tmp_path, monkeypatch):
+    # The objective (hyperparameters checked, aggregation settled) is built once per run, not per update,
+    # and train() only trains: report.md and curve.png are the CLI's and the demo's to write.
+    import respo.train.update as update
+    from respo.train.trainer import train
+
+    built = []
+    real = update.build_objective
+    monkeypatch.setattr(update, "build_objective", lambda *a, **kw: built.append(a) or real(*a, **kw))
+    run = train(_cfg(updates=3, reuse=1, objective="gspo", loss_agg_mode="token-mean", out_dir=str(tmp_path / "r")))
+    assert built == [("gspo",)]
+    assert (run / "summary.json").is_file() and not (run / "report.md").exists() and not (run / "curve.png").exists()

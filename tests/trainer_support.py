@@ -9,7 +9,8 @@ from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
 from respo.train.policy import Policy
-from respo.train.step import recompute_logp, rollout_batch
+from respo.core import group_advantages
+from respo.train.rollout import recompute_logp, sample_rollout
 
 
 def small_cfg(**kw) -> TrainConfig:
@@ -28,8 +29,9 @@ def setup():
 
 
 def rollout(setup, cfg, n_prompts):
-    """A rollout of ``n_prompts`` prompts x G with ``old_logp`` recomputed (as the sync trainer does)."""
+    """A rollout of ``n_prompts`` prompts x G with advantages and ``old_logp`` (as the sync trainer computes them)."""
     policy, task, pool = setup
-    batch, _ = rollout_batch(policy, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    batch, _ = sample_rollout(policy, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    batch.adv = group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
     batch.old_logp = recompute_logp(policy.model, batch, cfg)
     return batch

@@ -15,8 +15,8 @@ multiplied by zero: ``NaN * 0`` is ``NaN``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 import torch
 
@@ -35,6 +35,7 @@ class LossInputs:
     rollout_log_ratio: Optional[torch.Tensor]  # (B, T) or None, detached
     n_nonfinite: torch.Tensor  # 0-d, rows dropped for NaN/inf (always 0 under "raise")
     n_empty: torch.Tensor  # 0-d, rows with no valid token
+    extra: Mapping[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, T) extra per-token input, detached
 
 
 def _check_float(name: str, x: torch.Tensor) -> None:
@@ -65,8 +66,13 @@ def check_inputs(
     mask: torch.Tensor,
     rollout_log_ratio: Optional[torch.Tensor] = None,
     nan_policy: str = "raise",
+    extra: Optional[Mapping[str, torch.Tensor]] = None,
 ) -> LossInputs:
-    """Check shapes, dtypes and values; return sanitised tensors (see module docstring)."""
+    """Check shapes, dtypes and values; return sanitised tensors (see module docstring).
+
+    ``extra``: further per-token inputs an objective reads (name -> (B, T)), checked, detached and
+    sanitised like ``rollout_log_ratio``; they come back in ``LossInputs.extra``.
+    """
     if nan_policy not in NAN_POLICIES:
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     _check_float("logp", logp)
@@ -86,18 +92,20 @@ def check_inputs(
         raise ValueError(
             f"advantages must have shape (B,) = ({B},) or (B, T) = {tuple(logp.shape)}, got {tuple(advantages.shape)}"
         )
-    if rollout_log_ratio is not None:
-        _check_float("rollout_log_ratio", rollout_log_ratio)
-        if rollout_log_ratio.shape != logp.shape:
-            raise ValueError(
-                f"rollout_log_ratio shape {tuple(rollout_log_ratio.shape)} does not match logp shape {tuple(logp.shape)}"
-            )
+    per_token = {"rollout_log_ratio": rollout_log_ratio, **(extra or {})}
+    for name, x in per_token.items():
+        if x is None:
+            continue
+        _check_float(name, x)
+        if x.shape != logp.shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} does not match logp shape {tuple(logp.shape)}")
     dtype = logp.dtype
     m = _as_mask(mask, dtype)
     old_logp = old_logp.detach().to(dtype)
     # Sequence advantages stay (B, 1) and broadcast; token advantages are (B, T).
     adv = (advantages.detach().reshape(B, 1) if seq_level_adv else advantages.detach()).to(dtype)
     rlr = None if rollout_log_ratio is None else rollout_log_ratio.detach().to(dtype)
+    more = {name: x.detach().to(dtype) for name, x in (extra or {}).items()}  # name -> (B, T)
     n_tok = m.sum(dim=-1)  # (B,)
 
     # Fast path, reductions only: NaN/inf anywhere in an input makes its sum non-finite (a finite sum
@@ -105,16 +113,19 @@ def check_inputs(
     probe = logp.detach().sum() + old_logp.sum() + adv.sum()
     if rlr is not None:
         probe = probe + rlr.sum()
+    for x in more.values():
+        probe = probe + x.sum()
     if bool(torch.isfinite(probe) & (n_tok > 0).all()):
         seq_adv = adv[:, 0] if seq_level_adv else (adv * m).sum(dim=-1) / n_tok
         nil = torch.zeros((), dtype=dtype, device=logp.device)
-        return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, nil, nil.clone())
+        return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, nil, nil.clone(), more)
 
     # Slow path: find the rows with a non-finite value on a valid token, and in which tensor.
     valid = m > 0  # (B, T)
     fins = {"logp": torch.isfinite(logp.detach()), "old_logp": torch.isfinite(old_logp), "advantages": torch.isfinite(adv)}
     if rlr is not None:
         fins["rollout_log_ratio"] = torch.isfinite(rlr)
+    fins.update({name: torch.isfinite(x) for name, x in more.items()})
     bad_by = {k: (valid & ~v).any(dim=-1) for k, v in fins.items()}  # name -> (B,)
     bad_row = torch.stack(list(bad_by.values())).any(dim=0)  # (B,)
     empty_row = n_tok == 0  # (B,)
@@ -141,8 +152,9 @@ def check_inputs(
     adv = torch.where(keep_row if seq_level_adv else keep, adv, zero)
     if rlr is not None:
         rlr = torch.where(keep, rlr, zero)
+    more = {name: torch.where(keep, x, zero) for name, x in more.items()}
     if seq_level_adv:
         seq_adv = adv[:, 0]  # (B,), exactly the given values (0 for dropped rows)
     else:
         seq_adv = adv.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,), masked token mean
-    return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, n_bad.to(dtype), n_empty.to(dtype))
+    return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, n_bad.to(dtype), n_empty.to(dtype), more)

@@ -11,11 +11,32 @@ Every objective is called the same way,
 
     check_inputs → log r_it = clamp(logp − old_logp) → ρ_it = exp(log ρ_it) → term → agg → diagnostics
 
+``build_objective(name, loss_agg_mode=None, **hparams)`` checks the hyperparameters and settles the
+aggregation once and returns an ``Objective``: the callable that runs this pipeline, built once and
+called many times (the trainer builds one per run). ``policy_loss(name, ...)`` and ``<name>_loss``
+build one and call it.
+
 An objective differs only in its *term*: the per-token loss ℓ_it (per-sequence for gmpo), the
 detached coefficient c of its gradient ∇L = −agg[c_it · Â_it · ∇logp_it], its default aggregation
 and its extra metrics. ``metrics["coef_mean"]`` and the starvation diagnostics use the
-per-sequence mean of c, so every objective is measured on the same scale. ``build_objective``
-checks the hyperparameters once and returns a frozen ``Objective``.
+per-sequence mean of c, so every objective is measured on the same scale.
+
+Adding an objective is one factory and one entry of ``_TABLE``. The factory takes the objective's
+hyperparameters as keyword arguments with their published defaults (they become its
+``hyperparameters(name)`` and the signature of ``<name>_loss``; its docstring becomes the loss
+function's), checks them (a bad value raises ``ValueError`` in one line) and returns a term
+``term(inputs, log_ratio, rho) -> Term``: ``inputs`` the checked ``LossInputs``, ``log_ratio`` the
+(B, T) clamped token log ratio with grad, ``rho`` the (B, T) detached rollout weight or None. The
+entry gives the default aggregation (``_Entry(factory, default_agg=SEQ_MEAN)``) and whether the term's
+losses are per sequence (``per_sequence=True``, (B,) values).
+
+An objective that needs another per-token tensor, e.g. a proximal policy's log-probs ``prox_logp``
+(B, T), names it in its entry, ``_Entry(_factory, inputs=("prox_logp",))``. Callers then pass it by
+name, ``objective(logp, old_logp, adv, mask, prox_logp=prox)`` or ``policy_loss(name, ...,
+prox_logp=prox)``; the pipeline checks it like the other inputs (shape (B, T), floating point, NaN/inf
+on a valid token raised or its row masked under ``nan_policy``), detaches it and hands it to the
+term as ``inputs.extra["prox_logp"]``. A missing declared tensor, or one the objective does not
+declare, is refused.
 
 Sequence-weight objectives (REINFORCE-shaped, no clipping; presets of ``reshaped``):
 
@@ -43,9 +64,10 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -63,9 +85,6 @@ TOKEN_MEAN = "token-mean"
 SEQ_MEAN = "seq-mean-token-mean"
 GSPO_LOG_S_MAX = 10.0  # verl clamps the token-form log s_it above at 10
 
-# Keyword arguments every objective takes; everything else an objective takes is a hyperparameter.
-COMMON_KWARGS = ("loss_agg_mode", "rollout_log_ratio", "global_tokens", "global_seqs", "loss_scale_factor", "nan_policy",
-                 "diagnostics")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -134,6 +153,13 @@ def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Me
     return {key: _masked_frac(cut, mask) for key, cut in cuts.items() if cut is not None}
 
 
+def _check_clip_range(name: str, low: float, high: float) -> None:
+    """ε_l, ε_h ≥ 0 (a negative ε turns the clip interval inside out); NaN is refused too."""
+    for key, value in (("clip_ratio_low", low), ("clip_ratio_high", high)):
+        if not value >= 0:
+            raise ValueError(f"{name}: {key} must be >= 0, got {value}")
+
+
 def _ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float):
     """PPO's ℓ¹ = −Â·r, ℓ² = −Â·clip(r, 1−ε_l, 1+ε_h) and ℓ = max(ℓ¹, ℓ²), each (B, T)."""
     l1 = -adv * ratio
@@ -142,11 +168,34 @@ def _ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float):
 
 
 # --------------------------------------------------------------------------------------------------
-# Sequence-weight objectives: their kernels, and the one term they share
+# Sequence-weight objectives: one term, two kernels
 # --------------------------------------------------------------------------------------------------
 
 
-def _reshaped_kernels(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)", neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)"):
+@dataclass(frozen=True)
+class SequenceWeightTerm:
+    """ℓ_it = −φ_i·Â_it·logp_it with the detached φ_i = two_branch(log W_i); log ρ folds into log W.
+
+    The term of every sequence-weight objective; ``kernels`` is (pos_kernel, neg_kernel).
+    """
+
+    pos_kernel: Kernel
+    neg_kernel: Kernel
+
+    @property
+    def kernels(self) -> Tuple[Kernel, Kernel]:
+        return self.pos_kernel, self.neg_kernel
+
+    def __call__(self, inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        with torch.no_grad():
+            log_w = _log_w(inputs)  # (B,)
+            phi = two_branch(log_w, inputs.seq_adv, self.pos_kernel, self.neg_kernel)  # (B,)
+        values = -(phi.unsqueeze(-1) * inputs.adv) * inputs.logp  # (B, T)
+        return Term(values, phi, log_w=log_w)
+
+
+def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
+              neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)") -> TermFn:
     """Two-branch reshaped sequence objective L = −agg[φ_i·Â_it·logp_it], φ_i = K_{sign Â_i}(log W_i).
 
     log W_i = Σ_t m(logp − old_logp) + Σ_t m·log ρ, clamped to [−20, 20]; φ is detached, so
@@ -154,44 +203,31 @@ def _reshaped_kernels(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)", neg_ker
     ``pos_kernel``, ``neg_kernel``: callables log_w -> φ or spec strings (see ``kernel_from_spec``).
     Default aggregation ``token-mean``.
     """
-    return kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel)
+    return SequenceWeightTerm(kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel))
 
 
-def _respo_kernels(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float, float] = RESPO_NEG):
+def _respo(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float, float] = RESPO_NEG) -> TermFn:
     """ReSPO: L = −agg[φ_i Â_it logp_it] with φ⁺ = ReSPO(pos), φ⁻ = ReSPO(neg), (α, β, λ) per branch.
 
     Defaults are the published (2, 0.5, 2) for Â ≥ 0 and (1, 0.5, 2) for Â < 0, i.e.
     φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)). Default aggregation ``token-mean``.
     """
-    return respo_kernel(*pos), respo_kernel(*neg)
+    return SequenceWeightTerm(respo_kernel(*pos), respo_kernel(*neg))
 
 
-def _vespo_kernels(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESPO_NEG):
+def _vespo(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESPO_NEG) -> TermFn:
     """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0."""
-    return vespo_kernel(*pos), vespo_kernel(*neg)
+    return SequenceWeightTerm(vespo_kernel(*pos), vespo_kernel(*neg))
 
 
-def _topr_kernels():
+def _topr() -> TermFn:
     """TOPR: L = −agg[sg(α_i) Â_it logp_it], α_i = min(W_i, 1) for Â_i < 0 and 1 otherwise."""
-    return unit_kernel(), truncated_kernel(1.0)
+    return SequenceWeightTerm(unit_kernel(), truncated_kernel(1.0))
 
 
-def _reinforce_kernels():
+def _reinforce() -> TermFn:
     """REINFORCE: L = −agg[Â_it logp_it] (φ ≡ 1; ignores staleness, the on-policy floor)."""
-    return unit_kernel(), unit_kernel()
-
-
-def _reshaped_term(pos_kernel: Kernel, neg_kernel: Kernel) -> TermFn:
-    """ℓ_it = −φ_i·Â_it·logp_it with the detached φ_i = two_branch(log W_i); log ρ folds into log W."""
-
-    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        with torch.no_grad():
-            log_w = _log_w(inputs)  # (B,)
-            phi = two_branch(log_w, inputs.seq_adv, pos_kernel, neg_kernel)  # (B,)
-        values = -(phi.unsqueeze(-1) * inputs.adv) * inputs.logp  # (B, T)
-        return Term(values, phi, log_w=log_w)
-
-    return term
+    return SequenceWeightTerm(unit_kernel(), unit_kernel())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,6 +245,7 @@ def _grpo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_
     Metrics ``clipfrac_high`` (Â > 0, r > 1+ε_h), ``clipfrac_low`` (Â < 0, r < 1−ε_l), ``clipfrac_dual``
     (Â < 0, r > c) and verl's ``clipfrac``. Default aggregation ``token-mean``.
     """
+    _check_clip_range("grpo", clip_ratio_low, clip_ratio_high)
     if not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (dual clip lower bound), got {clip_ratio_c}")
 
@@ -237,6 +274,7 @@ def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn
         ℓ_it = max(−s_it·Â, −clip(s_it, 1−ε_l, 1+ε_h)·Â).
     Coefficient c_it = s_i where not clipped (Â > 0: s ≤ 1+ε_h; Â < 0: s ≥ 1−ε_l), else 0.
     """
+    _check_clip_range("gspo", clip_ratio_low, clip_ratio_high)
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, logp = inputs.adv, inputs.logp
@@ -261,6 +299,7 @@ def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
     Defaults ε_l = ε_h = 0.2 are verl's ``ActorConfig`` defaults; the MiniMax-M1 paper effectively
     disables the lower bound and tunes ε_h. Default aggregation ``token-mean``.
     """
+    _check_clip_range("cispo", clip_ratio_low, clip_ratio_high)
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         with torch.no_grad():
@@ -303,6 +342,7 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
     GMPO is sequence-level by construction: only ``seq-mean-token-mean`` is accepted. Rollout weights
     enter as their per-sequence geometric mean, as in verl.
     """
+    _check_clip_range("gmpo", clip_ratio_low, clip_ratio_high)
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, m = inputs.adv, inputs.mask
@@ -325,84 +365,93 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
 
 
 # --------------------------------------------------------------------------------------------------
-# The table, the Objective and the pipeline
+# The table: one entry per objective
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Parts:
-    """One objective's parts: ``kernels`` (sequence objectives) or ``term`` factory, its default aggregation."""
+class _Entry:
+    """One objective: the factory of its term, its default aggregation, and what its term needs."""
 
-    kernels: Optional[Callable[..., Tuple[Kernel, Kernel]]] = None
-    term: Optional[Callable[..., TermFn]] = None
+    factory: Callable[..., TermFn]  # hyperparameters (with their published defaults) -> term; checks them
     default_agg: str = TOKEN_MEAN
     per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
-
-    @property
-    def factory(self) -> Callable:
-        return self.kernels or self.term
+    inputs: Tuple[str, ...] = ()  # extra (B, T) tensors the term reads from ``inputs.extra``
 
 
-_TABLE: Dict[str, _Parts] = {
-    "respo": _Parts(kernels=_respo_kernels),
-    "vespo": _Parts(kernels=_vespo_kernels),
-    "reshaped": _Parts(kernels=_reshaped_kernels),
-    "grpo": _Parts(term=_grpo),
-    "gspo": _Parts(term=_gspo, default_agg=SEQ_MEAN),
-    "cispo": _Parts(term=_cispo),
-    "sapo": _Parts(term=_sapo, default_agg=SEQ_MEAN),
-    "gmpo": _Parts(term=_gmpo, default_agg=SEQ_MEAN, per_sequence=True),
-    "topr": _Parts(kernels=_topr_kernels),
-    "reinforce": _Parts(kernels=_reinforce_kernels),
+_TABLE: Dict[str, _Entry] = {
+    "respo": _Entry(_respo),
+    "vespo": _Entry(_vespo),
+    "reshaped": _Entry(_reshaped),
+    "grpo": _Entry(_grpo),
+    "gspo": _Entry(_gspo, default_agg=SEQ_MEAN),
+    "cispo": _Entry(_cispo),
+    "sapo": _Entry(_sapo, default_agg=SEQ_MEAN),
+    "gmpo": _Entry(_gmpo, default_agg=SEQ_MEAN, per_sequence=True),
+    "topr": _Entry(_topr),
+    "reinforce": _Entry(_reinforce),
 }
 
 
-def _parts(name: str) -> _Parts:
+class UnknownObjectiveError(ValueError):
+    """``name`` is not an objective; ``valid`` lists the objectives."""
+
+    def __init__(self, name: object, valid: List[str]):
+        self.name, self.valid = name, valid
+        super().__init__(f"unknown objective {name!r}; valid objectives: {', '.join(valid)}")
+
+
+class UnknownHyperparameterError(ValueError):
+    """Objective ``objective`` has no hyperparameter(s) ``unknown``; ``valid`` maps its own to their defaults."""
+
+    def __init__(self, objective: str, unknown: List[str], valid: Dict[str, object]):
+        self.objective, self.unknown, self.valid = objective, unknown, valid
+        listed = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
+        super().__init__(f"unknown hyperparameter(s) {unknown} for objective {objective!r}; valid: {listed}")
+
+
+def _entry(name: str) -> _Entry:
     try:
         return _TABLE[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown objective {name!r}; valid objectives: {', '.join(sorted(_TABLE))}") from None
+        raise UnknownObjectiveError(name, sorted(_TABLE)) from None
 
 
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
-    return {p.name: p.default for p in inspect.signature(_parts(name).factory).parameters.values()}
+    return {p.name: p.default for p in inspect.signature(_entry(name).factory).parameters.values()}
 
 
-def _check_names(name: str, hparams: Dict[str, object]) -> None:
+def _check_names(name: str, hparams: Mapping[str, object]) -> None:
     valid = hyperparameters(name)
     unknown = sorted(set(hparams) - set(valid))
     if unknown:
-        listed = ", ".join(f"{k}={v!r}" for k, v in valid.items()) or "none"
-        raise ValueError(f"unknown hyperparameter(s) {unknown} for objective {name!r}; valid: {listed}")
+        raise UnknownHyperparameterError(name, unknown, valid)
 
 
-def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
-    """(pos_kernel, neg_kernel) of the sequence-weight objective ``name`` with its hyperparameters.
-
-    The one place that says which kernels ``respo``, ``vespo``, ``topr``, ``reinforce`` and
-    ``reshaped`` use; integrations that aggregate with their framework's own code (verl) call it too.
-    """
-    parts = _TABLE.get(name)
-    if parts is None or parts.kernels is None:
-        known = ", ".join(k for k, p in _TABLE.items() if p.kernels is not None)
-        raise ValueError(f"{name!r} is not a sequence-weight objective; known: {known}")
-    _check_names(name, hparams)
-    return parts.kernels(**hparams)
+# --------------------------------------------------------------------------------------------------
+# The Objective: the pipeline, built once
+# --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
 class Objective:
-    """One objective with checked hyperparameters; call it like ``policy_loss`` without the name.
+    """One objective with checked hyperparameters and a settled aggregation: the pipeline as a callable.
 
-    Built by ``build_objective``. ``kernels`` is (pos_kernel, neg_kernel) for a sequence objective.
+    Built by ``build_objective``; call it like ``policy_loss`` without the name and the
+    hyperparameters. ``kernels`` is (pos_kernel, neg_kernel) for a sequence-weight objective, else None.
     """
 
     name: str
     term: TermFn
     default_agg: str = TOKEN_MEAN
     per_sequence: bool = False
-    kernels: Optional[Tuple[Kernel, Kernel]] = None
+    loss_agg_mode: str = TOKEN_MEAN  # the aggregation a call uses unless it names another
+    inputs: Tuple[str, ...] = ()  # extra (B, T) tensors a call must pass by name
+
+    @property
+    def kernels(self) -> Optional[Tuple[Kernel, Kernel]]:
+        return getattr(self.term, "kernels", None)
 
     @property
     def hyperparameters(self) -> Dict[str, object]:
@@ -410,7 +459,7 @@ class Objective:
         return hyperparameters(self.name)
 
     def agg_mode(self, loss_agg_mode: Optional[str] = None) -> str:
-        """The aggregation a call uses: ``loss_agg_mode``, or the objective's default when None/empty."""
+        """The aggregation ``loss_agg_mode`` names, or the objective's default when None/empty (checked)."""
         mode = loss_agg_mode or self.default_agg
         if self.per_sequence and mode != self.default_agg:
             raise ValueError(
@@ -418,23 +467,95 @@ class Objective:
             )
         return check_agg_mode(mode)
 
-    def __call__(self, logp, old_logp, advantages, mask, **common) -> Tuple[torch.Tensor, Metrics]:
-        """``policy_loss`` of this objective: ``common`` are the keyword arguments every objective takes."""
-        return policy_loss(self, logp, old_logp, advantages, mask, **common)
+    def __call__(
+        self,
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        loss_agg_mode: Optional[str] = None,
+        rollout_log_ratio: Optional[torch.Tensor] = None,
+        global_tokens=None,
+        global_seqs=None,
+        loss_scale_factor: Optional[float] = None,
+        nan_policy: str = "raise",
+        diagnostics: bool = True,
+        **extra: torch.Tensor,
+    ) -> Tuple[torch.Tensor, Metrics]:
+        """Loss and metrics of this objective (see ``policy_loss`` for the arguments).
+
+        ``loss_agg_mode`` None uses the mode the objective was built with; ``extra`` are the per-token
+        tensors its entry declares (``self.inputs``).
+        """
+        undeclared = sorted(set(extra) - set(self.inputs))
+        if undeclared:
+            raise ValueError(f"unknown keyword argument(s) {undeclared}: the hyperparameters of a built "
+                             f"objective ({self.name!r}) are set by build_objective")  # fmt: skip
+        missing = [k for k in self.inputs if k not in extra]
+        if missing:
+            raise ValueError(f"objective {self.name!r} needs the per-token input(s) {missing}, each (B, T)")
+        mode = self.loss_agg_mode if not loss_agg_mode else self.agg_mode(loss_agg_mode)
+        # The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics.
+        inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy, extra)
+        log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
+        term = self.term(inputs, log_ratio, _rollout_weight(inputs))
+        if self.per_sequence:
+            loss = agg_seq(term.values, inputs.mask.sum(dim=-1), global_seqs=global_seqs)
+        else:
+            loss = agg_loss(
+                term.values, inputs.mask, mode,
+                global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
+            )  # fmt: skip
+        metrics: Metrics = {
+            "loss": loss.detach(),
+            "bad_rows/nonfinite": inputs.n_nonfinite,
+            "bad_rows/empty": inputs.n_empty,
+            "n_tokens": inputs.mask.sum(),
+        }
+        if diagnostics:
+            log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
+            coef = term.coef if term.coef.dim() == 1 else _seq_mean(term.coef, inputs.mask)  # (B,)
+            token_log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
+            metrics.update(weight_diagnostics(log_w, coef, inputs.seq_adv, inputs.mask, token_log_ratio=token_log_r))
+        metrics.update({k: v.detach() for k, v in term.metrics.items()})
+        return loss, metrics
 
 
-def build_objective(name: str, **hparams) -> Objective:
+_CALL = inspect.signature(Objective.__call__)
+#: Keyword arguments every objective takes (``Objective.__call__``); everything else is a hyperparameter.
+COMMON_KWARGS = tuple(p.name for p in _CALL.parameters.values() if p.kind is p.KEYWORD_ONLY)
+
+
+def build_objective(name: str, *, loss_agg_mode: Optional[str] = None, **hparams) -> Objective:
     """The objective ``name`` with hyperparameters ``hparams`` (unset ones take the published defaults).
 
+    ``loss_agg_mode``: the aggregation its calls use (one of ``AGG_MODES``); None uses the
+    objective's published default (``token-mean``; ``seq-mean-token-mean`` for gspo, sapo, gmpo).
+
     Raises:
-      ValueError: an unknown name or hyperparameter (the message lists the valid ones), or a bad value.
+      ValueError: an unknown name or hyperparameter (the message lists the valid ones; the errors are
+        ``UnknownObjectiveError`` and ``UnknownHyperparameterError``), a bad value or aggregation.
     """
-    parts = _parts(name)
+    entry = _entry(name)
     _check_names(name, hparams)
-    if parts.kernels is not None:
-        kernels = parts.kernels(**hparams)
-        return Objective(name, _reshaped_term(*kernels), parts.default_agg, parts.per_sequence, kernels)
-    return Objective(name, parts.term(**hparams), parts.default_agg, parts.per_sequence)
+    objective = Objective(name, entry.factory(**hparams), entry.default_agg, entry.per_sequence, entry.default_agg,
+                          entry.inputs)  # fmt: skip
+    mode = objective.agg_mode(loss_agg_mode)
+    return objective if mode == objective.loss_agg_mode else dataclasses.replace(objective, loss_agg_mode=mode)
+
+
+def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
+    """(pos_kernel, neg_kernel) of the sequence-weight objective ``name`` with its hyperparameters.
+
+    The one place that says which kernels ``respo``, ``vespo``, ``topr``, ``reinforce`` and
+    ``reshaped`` use (their factories); integrations that aggregate with their framework's own code
+    (verl) call it too.
+    """
+    known = [k for k, entry in _TABLE.items() if isinstance(entry.factory(), SequenceWeightTerm)]
+    if name not in known:
+        raise ValueError(f"{name!r} is not a sequence-weight objective; known: {', '.join(known)}")
+    return build_objective(name, **hparams).kernels
 
 
 def policy_loss(
@@ -445,15 +566,12 @@ def policy_loss(
     mask: torch.Tensor,
     *,
     loss_agg_mode: Optional[str] = None,
-    rollout_log_ratio: Optional[torch.Tensor] = None,
-    global_tokens=None,
-    global_seqs=None,
-    loss_scale_factor: Optional[float] = None,
-    nan_policy: str = "raise",
-    diagnostics: bool = True,
-    **hparams,
+    **kwargs,
 ) -> Tuple[torch.Tensor, Metrics]:
     """Loss and metrics of the objective ``name`` (see the module docstring for the list).
+
+    ``build_objective(name, loss_agg_mode=loss_agg_mode, **hparams)`` called on the tensors; build the
+    objective once instead when calling it many times.
 
     Args:
       name: objective name, a key of ``OBJECTIVES``, or an ``Objective`` from ``build_objective``.
@@ -463,62 +581,42 @@ def policy_loss(
       mask: (B, T) 0/1 validity mask.
       loss_agg_mode: one of ``AGG_MODES``; None uses the objective's published default
         (``token-mean``; ``seq-mean-token-mean`` for gspo, sapo, gmpo).
-      rollout_log_ratio: optional (B, T) per-token log ρ (training/inference mismatch correction).
-      global_tokens, global_seqs: counts of the global batch, for micro-batch invariance.
-      loss_scale_factor: H for ``seq-mean-token-sum-norm``.
-      nan_policy: ``raise`` (default) or ``mask`` (drop and count bad rows).
-      diagnostics: compute the weight diagnostics (on by default; cheap, (B,)-sized).
-      **hparams: the objective's hyperparameters (``hyperparameters(name)`` lists them).
+      **kwargs: the keyword arguments of every objective's call (``COMMON_KWARGS``, see
+        ``Objective.__call__``): ``rollout_log_ratio`` optional (B, T) per-token log ρ (training/
+        inference mismatch correction); ``global_tokens``, ``global_seqs`` counts of the global batch,
+        for micro-batch invariance; ``loss_scale_factor`` H for ``seq-mean-token-sum-norm``;
+        ``nan_policy`` ``raise`` (default) or ``mask`` (drop and count bad rows); ``diagnostics``
+        (on by default; cheap, (B,)-sized). Then the extra (B, T) tensors the objective's entry
+        declares (e.g. ``prox_logp``), and its hyperparameters (``hyperparameters(name)`` lists them).
 
     Returns:
       (loss 0-d tensor with grad, metrics dict of detached 0-d tensors).
     """
     if isinstance(name, Objective):
-        if hparams:
-            raise ValueError(f"unknown keyword argument(s) {sorted(hparams)}: the hyperparameters of a built "
-                             f"objective ({name.name!r}) are set by build_objective")  # fmt: skip
-        objective = name
-    else:
-        objective = build_objective(name, **hparams)
-    # The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics.
-    mode = objective.agg_mode(loss_agg_mode)
-    inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy)
-    log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
-    term = objective.term(inputs, log_ratio, _rollout_weight(inputs))
-    if objective.per_sequence:
-        loss = agg_seq(term.values, inputs.mask.sum(dim=-1), global_seqs=global_seqs)
-    else:
-        loss = agg_loss(
-            term.values, inputs.mask, mode,
-            global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
-        )  # fmt: skip
-    metrics: Metrics = {
-        "loss": loss.detach(),
-        "bad_rows/nonfinite": inputs.n_nonfinite,
-        "bad_rows/empty": inputs.n_empty,
-        "n_tokens": inputs.mask.sum(),
-    }
-    if diagnostics:
-        log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
-        coef = term.coef if term.coef.dim() == 1 else _seq_mean(term.coef, inputs.mask)  # (B,)
-        token_log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
-        metrics.update(weight_diagnostics(log_w, coef, inputs.seq_adv, inputs.mask, token_log_ratio=token_log_r))
-    metrics.update({k: v.detach() for k, v in term.metrics.items()})
-    return loss, metrics
+        return name(logp, old_logp, advantages, mask, loss_agg_mode=loss_agg_mode, **kwargs)
+    call_names = set(COMMON_KWARGS) | set(_entry(name).inputs)
+    hparams = {k: kwargs.pop(k) for k in list(kwargs) if k not in call_names}
+    objective = build_objective(name, loss_agg_mode=loss_agg_mode, **hparams)
+    return objective(logp, old_logp, advantages, mask, **kwargs)
 
 
 def _loss_function(name: str) -> LossFn:
     """``<name>_loss(logp, old_logp, advantages, mask, **kwargs)``: ``policy_loss(name, ...)``, with the
-    factory's docstring and a signature that lists the objective's hyperparameters."""
+    factory's docstring and the signature of an objective's call with its hyperparameters (and extra
+    inputs) added as keyword-only arguments."""
 
     def loss(logp, old_logp, advantages, mask, **kwargs):
         return policy_loss(name, logp, old_logp, advantages, mask, **kwargs)
 
-    common = list(inspect.signature(policy_loss).parameters.values())
-    hparams = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(_parts(name).factory).parameters.values()]
-    loss.__signature__ = inspect.Signature(common[1:5] + hparams + common[5:-1])  # type: ignore[attr-defined]
+    entry = _entry(name)
+    params = [p for p in _CALL.parameters.values() if p.name != "self"]
+    tensors = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    options = [p for p in params if p.kind is p.KEYWORD_ONLY]
+    own = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(entry.factory).parameters.values()]
+    own += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=torch.Tensor) for k in entry.inputs]
+    loss.__signature__ = inspect.Signature(tensors + own + options)  # type: ignore[attr-defined]
     loss.__name__ = loss.__qualname__ = f"{name}_loss"
-    loss.__doc__ = _parts(name).factory.__doc__
+    loss.__doc__ = entry.factory.__doc__
     return loss
 
 
@@ -531,12 +629,13 @@ sapo_loss, gmpo_loss = OBJECTIVES["sapo"], OBJECTIVES["gmpo"]
 
 def get_objective(name: str) -> LossFn:
     """The loss function ``<name>_loss`` of objective ``name``."""
-    _parts(name)
+    _entry(name)
     return OBJECTIVES[name]
 
 
 __all__ = [
-    "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "Term", "build_objective", "cispo_loss", "get_objective",
-    "gmpo_loss", "grpo_loss", "gspo_loss", "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss",
-    "reshaped_loss", "respo_loss", "sapo_loss", "sequence_kernels", "topr_loss", "vespo_loss",
+    "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "SequenceWeightTerm", "Term", "UnknownHyperparameterError",
+    "UnknownObjectiveError", "build_objective", "cispo_loss", "get_objective", "gmpo_loss", "grpo_loss", "gspo_loss",
+    "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss",
+    "sapo_loss", "sequence_kernels", "topr_loss", "vespo_loss",
 ]  # fmt: skip

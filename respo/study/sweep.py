@@ -56,7 +56,8 @@ from typing import Any, Callable, Iterable
 
 from respo.runtime.precision import device_problem
 from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, objective_label, run_name
-from respo.train.checkpoint import RESUMABLE, latest_checkpoint
+from respo.train.checkpoint import latest_checkpoint
+from respo.train.rundir import RESUMABLE
 from respo.train.config import ConfigError
 
 __all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_label", "main", "add_arguments",

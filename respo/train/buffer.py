@@ -33,7 +33,7 @@ class Batch:
     behaviour_logp: torch.Tensor  # (S, T) log-prob under the sampling distribution
     rewards: torch.Tensor  # (S,) +1 / -1
     version: torch.Tensor  # (S,) long, policy version that sampled each row
-    adv: torch.Tensor | None = None  # (S,) group advantages
+    adv: torch.Tensor | None = None  # (S,) group advantages, computed by the loop for the mini-batch it trains on
     old_logp: torch.Tensor | None = None  # (S, T) trainer recomputation with the behaviour weights
     routing: torch.Tensor | None = None  # (S, L, n_layers, k) MoE experts chosen while sampling
     example_index: torch.Tensor | None = None  # (S,) long, index of the prompt in the task's pool

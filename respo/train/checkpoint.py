@@ -19,12 +19,9 @@ finishes the current update first, so the checkpoint is always at an update boun
 What is saved besides the weights is `RunState`: counters, optimizer and scheduler, every RNG, the
 data cursor and the rollout buffer.
 
-The run directory (`prepare_run_dir`, `lock_run_dir`, `resume_changes`): a new run goes only into an
-empty or absent directory (``--overwrite`` deletes a previous run's files first); ``--resume`` needs a
-checkpoint whenever the directory holds a previous run's files, and refuses any setting that would
-change the experiment (`RESUMABLE`, the settings that cannot, may change and are recorded). Each
-checkpoint's manifest records the settings that produced it; one process at a time may use a run
-directory (an advisory lock on the directory itself, so nothing extra is written).
+Each checkpoint's manifest records the settings that produced it (``config``), which
+`respo.train.rundir.check_resume` compares with a resumed run's. The rest of the run directory's
+rules are `respo.train.rundir`'s.
 
 Buffer rule: in sync mode the unconsumed mini-batches of the current rollout step are saved, so
 resume is bitwise. In async mode the rollout worker's queue is *not* saved: on resume the worker
@@ -33,8 +30,6 @@ restarts from the learner's current weights (documented in `respo.train.async_`)
 
 from __future__ import annotations
 
-
-import fcntl
 import hashlib
 import io
 import json
@@ -43,10 +38,9 @@ import random
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -55,31 +49,16 @@ from safetensors.torch import load_model, save_model
 from respo.errors import RespoError
 from respo.train.buffer import PromptStream, RolloutBuffer
 
-__all__ = ["CheckpointError", "RunDirError", "RunState", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
-           "verify_checkpoint", "checkpoint_manifest", "rng_state", "set_rng_state", "FORMAT", "RUN_ENTRIES",
-           "RESUMABLE", "run_entries", "prepare_run_dir", "lock_run_dir", "resume_changes"]
+__all__ = ["CheckpointError", "RunState", "save_checkpoint", "load_checkpoint", "latest_checkpoint",
+           "verify_checkpoint", "checkpoint_manifest", "rng_state", "set_rng_state", "FORMAT"]
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 HASH_CHUNK_BYTES = 1 << 20  # files are hashed 1 MiB at a time
 
 
-#: What a run writes into its directory; anything else there (a sweep's train.log, notes) is left alone.
-RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", "tb", "report.md", "curve.png")
-#: Settings a resumed run may change: they change neither the weights nor the per-update records
-#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records).
-#: Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
-#: part of the experiment.
-RESUMABLE = ("updates", "out_dir", "cache_dir", "progress", "tensorboard", "checkpoint_every", "keep_checkpoints",
-             "eval_every")
-
-
 class CheckpointError(RespoError, RuntimeError):
     """A checkpoint is missing, partial or corrupt."""
-
-
-class RunDirError(RespoError, RuntimeError):
-    """A run directory cannot be used as asked (a previous run in it, nothing to resume, changed settings)."""
 
 
 def _sha256(path: Path) -> str:
@@ -127,7 +106,7 @@ def save_checkpoint(ckpt_root: str | Path, update: int, model: torch.nn.Module, 
         model: the policy (its ``state_dict`` is written with safetensors).
         trainer_state: picklable dict (optimizer/scheduler state dicts, RNG, cursor, buffer...).
         keep: number of newest checkpoints kept.
-        config: the run's settings (JSON-ready), recorded in the manifest for `resume_changes`.
+        config: the run's settings (JSON-ready), recorded in the manifest (see `respo.train.rundir.check_resume`).
 
     Returns:
         The final checkpoint directory.
@@ -281,87 +260,3 @@ class RunState:
     def load(self, path: str | Path, model: torch.nn.Module) -> None:
         """Verify checkpoint ``path``, load its weights into ``model`` and its state into this one."""
         self.load_state_dict(load_checkpoint(path, model))
-
-
-# ----------------------------------------------------------------------------------------------
-# The run directory
-# ----------------------------------------------------------------------------------------------
-def run_entries(run_dir: str | Path) -> list[str]:
-    """The `RUN_ENTRIES` present in ``run_dir``: the files of a previous run."""
-    run_dir = Path(run_dir)
-    return [name for name in RUN_ENTRIES if (run_dir / name).exists()]
-
-
-def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Path | None:
-    """Check that ``run_dir`` may be used as asked; return the checkpoint to resume from (None: start fresh).
-
-    - neither flag: the directory must hold no previous run (`RUN_ENTRIES`);
-    - ``overwrite``: a previous run's files are deleted first (nothing else in the directory is touched);
-    - ``resume``: the newest checkpoint, or None when the directory holds no previous run at all.
-
-    Raises:
-        RunDirError: both flags, a previous run without either flag, or ``resume`` with a previous
-            run's files but no checkpoint.
-    """
-    run_dir = Path(run_dir)
-    if resume and overwrite:
-        raise RunDirError("--resume continues the run in the directory and --overwrite deletes it: pass one of them")
-    used = run_entries(run_dir)
-    if overwrite:
-        for name in used:
-            path = run_dir / name
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-        return None
-    if not resume:
-        if used:
-            raise RunDirError(f"run directory {str(run_dir)!r} already holds a run ({', '.join(used)}); pass --resume "
-                              f"to continue it or --overwrite to delete it and start again")
-        return None
-    ckpt = latest_checkpoint(run_dir / "ckpt")
-    if ckpt is None and used:
-        raise RunDirError(f"--resume: run directory {str(run_dir)!r} holds a previous run ({', '.join(used)}) but no "
-                          f"checkpoint under ckpt/ to continue from; pass --overwrite instead to delete it and "
-                          f"start again")
-    return ckpt
-
-
-@contextmanager
-def lock_run_dir(run_dir: str | Path) -> Iterator[Path]:
-    """Create ``run_dir`` if needed and hold an exclusive advisory lock on it (``flock`` on the
-    directory itself, released when the process ends, however it ends).
-
-    Raises:
-        RunDirError: another process holds the lock (a run is writing into this directory).
-    """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(f"run directory {str(run_dir)!r} is in use by another respo process; wait for it "
-                              f"to finish or choose another --out-dir") from None
-        yield run_dir
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def resume_changes(old: Mapping[str, Any], new: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> dict[str, list]:
-    """Settings that differ between the run being resumed (``old``) and now (``new``): ``{field: [old, new]}``.
-
-    Both are JSON-ready dicts of the config fields; a field ``old`` lacks (recorded before it existed)
-    counts as its value in ``defaults``.
-
-    Raises:
-        RunDirError: naming every changed field outside `RESUMABLE` (they would change the experiment).
-    """
-    changes = {name: [old.get(name, defaults[name]), value] for name, value in new.items()
-               if old.get(name, defaults[name]) != value}
-    locked = {name: pair for name, pair in changes.items() if name not in RESUMABLE}
-    if locked:
-        said = "; ".join(f"{name} {json.dumps(a)} -> {json.dumps(b)}" for name, (a, b) in locked.items())
-        raise RunDirError(f"--resume would change the experiment: {said}. Resume with the run's settings "
-                          f"(see its config.json) or start a new run in another --out-dir; only "
-                          f"{', '.join(RESUMABLE)} may change on resume")
-    return changes

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from respo.core import ADVANTAGE_KINDS, AGG_MODES, OBJECTIVES, build_objective, hyperparameters
+from respo.core import ADVANTAGE_KINDS, AGG_MODES, build_objective
+from respo.core.objectives import UnknownHyperparameterError, UnknownObjectiveError
 from respo.errors import RespoError
 from respo.runtime.precision import DTYPES, device_problem
 
@@ -121,6 +123,7 @@ def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_FLOAT_FIELDS = tuple(name for name, f in _FIELDS.items() if isinstance(f.default, float))
 
 
 def _field_type(name: str) -> type:
@@ -241,19 +244,18 @@ def _is_preset(model: str) -> bool:
 
 
 def _objective_problem(cfg: TrainConfig) -> str | None:
-    """What is wrong with the objective, its hyperparameters and its aggregation, asked of the core."""
-    if cfg.objective not in OBJECTIVES:
-        return f"objective {cfg.objective!r} is unknown; choose one of {', '.join(sorted(OBJECTIVES))}"
-    accepted = hyperparameters(cfg.objective)
-    unknown = sorted(set(cfg.objective_kwargs) - set(accepted))
-    if unknown:
-        return (f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(unknown)}; "
-                f"it accepts {', '.join(sorted(accepted)) or 'none'}")
+    """What is wrong with the objective, its hyperparameters and its aggregation, asked of the core
+    (`build_objective` checks the names and values, `Objective.agg_mode` the aggregation)."""
     try:
         objective = build_objective(cfg.objective, **cfg.objective_kwargs)
+    except UnknownObjectiveError as err:
+        return f"objective {cfg.objective!r} is unknown; choose one of {', '.join(err.valid)}"
+    except UnknownHyperparameterError as err:
+        return (f"objective {cfg.objective!r} has no hyperparameter(s) {', '.join(err.unknown)}; "
+                f"it accepts {', '.join(sorted(err.valid)) or 'none'}")
     except (ValueError, TypeError) as err:
         return f"objective {cfg.objective!r} rejects objective_kwargs {cfg.objective_kwargs}: {err}"
-    if cfg.loss_agg_mode in AGG_MODES:
+    if cfg.loss_agg_mode in AGG_MODES:  # an unknown mode is reported on its own
         try:
             objective.agg_mode(cfg.loss_agg_mode)
         except ValueError as err:
@@ -262,7 +264,7 @@ def _objective_problem(cfg: TrainConfig) -> str | None:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Check ``cfg`` can run; raise one `ConfigError` listing every problem."""
+    """Check ``cfg`` can run; raise one `ConfigError` listing every problem (one line when there is one)."""
     errs: list[str] = []
     positive = ("prompts", "updates", "max_new_tokens", "train_pool", "eval_k", "sync_every", "queue_size",
                 "keep_checkpoints")
@@ -290,18 +292,16 @@ def validate(cfg: TrainConfig) -> None:
                     f"the learner would outrun every sample the worker can produce and wait forever")
     if cfg.loss_agg_mode and cfg.loss_agg_mode not in AGG_MODES:
         errs.append(f"loss_agg_mode {cfg.loss_agg_mode!r} is unknown; choose one of {', '.join(AGG_MODES)}")
-    if not (cfg.lr > 0):
-        errs.append(f"lr must be > 0, got {cfg.lr}")
-    if cfg.weight_decay < 0:
-        errs.append(f"weight_decay must be >= 0, got {cfg.weight_decay}")
-    if cfg.grad_clip < 0:
-        errs.append(f"grad_clip must be >= 0 (0 disables), got {cfg.grad_clip}")
+    # Numbers: every float field finite (inf passed "lr > 0" and NaN passed "weight_decay >= 0"), then its range.
+    nonfinite = [name for name in _FLOAT_FIELDS if not math.isfinite(getattr(cfg, name))]
+    errs += [f"{name} must be a finite number, got {getattr(cfg, name)}" for name in nonfinite]
+    ranges = {"lr": (cfg.lr > 0, "> 0"), "weight_decay": (cfg.weight_decay >= 0, ">= 0"),
+              "grad_clip": (cfg.grad_clip >= 0, ">= 0 (0 disables)"), "adam_eps": (cfg.adam_eps > 0, "> 0"),
+              "temperature": (cfg.temperature > 0, "> 0"), "top_p": (0 < cfg.top_p <= 1, "in (0, 1]")}
+    errs += [f"{name} must be {bound}, got {getattr(cfg, name)}" for name, (ok, bound) in ranges.items()
+             if not ok and name not in nonfinite]
     if len(cfg.adam_betas) != 2 or not all(0 <= b < 1 for b in cfg.adam_betas):
         errs.append(f"adam_betas must be two numbers in [0, 1), got {list(cfg.adam_betas)}")
-    if not (cfg.temperature > 0):
-        errs.append(f"temperature must be > 0, got {cfg.temperature}")
-    if not (0 < cfg.top_p <= 1):
-        errs.append(f"top_p must be in (0, 1], got {cfg.top_p}")
     if not _is_preset(cfg.model):
         p = Path(cfg.model)
         if not p.is_dir():
@@ -323,5 +323,7 @@ def validate(cfg: TrainConfig) -> None:
     objective_problem = _objective_problem(cfg)
     if objective_problem:
         errs.append(objective_problem)
+    if len(errs) == 1:  # one problem, one line
+        raise ConfigError(f"1 problem in the training config: {errs[0]}")
     if errs:
         raise ConfigError(f"{len(errs)} problem(s) in the training config:\n  - " + "\n  - ".join(errs))

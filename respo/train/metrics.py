@@ -1,5 +1,5 @@
-"""Per-update metrics: JSON lines (always) and TensorBoard events (when tensorboard is installed),
-phase timing, and a finished run's ``summary.json``."""
+"""Per-update metrics: a mini-batch's own numbers (`batch_metrics`), JSON lines (always) and TensorBoard
+events (when tensorboard is installed), phase timing, and a finished run's ``summary.json``."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from respo.train.buffer import Batch, staleness_stats
 from respo.train.scores import late_mean
 
-__all__ = ["MetricsLogger", "to_float", "read_jsonl", "timed", "write_summary"]
+__all__ = ["MetricsLogger", "to_float", "read_jsonl", "timed", "write_summary", "batch_metrics"]
 
 
 
@@ -149,3 +150,18 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
         "wall_s_parts": [float(t) for t in wall_s_parts],
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=to_float))
+
+
+def batch_metrics(batch: Batch, old_logp: torch.Tensor, version: int) -> dict[str, Any]:
+    """Score, pass rate, length and staleness of a mini-batch, and the rollout mismatch
+
+        mismatch = sum_t m_t |old_logp_t - behaviour_logp_t| / sum_t m_t
+
+    (training vs sampling log-probs of the same weights; 0 up to kernel differences).
+    """
+    s_mean, s_max = staleness_stats(batch.version, version)
+    tokens = batch.mask.sum().clamp_min(1)
+    mismatch = ((old_logp - batch.behaviour_logp).abs() * batch.mask).sum() / tokens
+    return {"score": ((batch.rewards + 1) / 2).mean(), "pass_rate": (batch.rewards > 0).float().mean(),
+            "response_length": batch.mask.sum(1).mean(), "staleness_mean": s_mean, "staleness_max": s_max,
+            "rollout_mismatch": mismatch}

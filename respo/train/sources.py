@@ -1,10 +1,10 @@
 """Where the learner's mini-batches come from: one small interface, a sync and an async source.
 
 Synchronous (`SyncReuseSource`, the paper's staleness). One rollout step samples N*B prompts x G
-responses with policy version v, recomputes ``old_logp`` with the same weights, computes group
-advantages, and hands out N mini-batches of B prompts, one per update: mini-batch k has staleness
-k - 1. The first is flagged on-policy (no update since its rollout), so its ``old_logp`` is the
-training forward itself and is not recomputed.
+responses with policy version v, recomputes ``old_logp`` with the same weights and hands out N
+mini-batches of B prompts, one per update: mini-batch k has staleness k - 1. The first is flagged
+on-policy (no update since its rollout), so its ``old_logp`` is the training forward itself and is
+not recomputed. The loop computes each mini-batch's group advantages.
 
 Asynchronous (`AsyncSource`). A worker thread (`respo.train.async_`) samples B x G batches with a
 snapshot of the policy and recomputes their ``old_logp`` with that same snapshot; the learner trains
@@ -26,7 +26,7 @@ from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prom
 from respo.train.config import TrainConfig
 from respo.train.metrics import timed
 from respo.train.policy import Policy
-from respo.train.step import recompute_logp, rollout_batch
+from respo.train.rollout import recompute_logp, sample_rollout
 
 __all__ = ["MiniBatch", "MiniBatchSource", "SyncReuseSource", "AsyncSource"]
 
@@ -85,7 +85,7 @@ class SyncReuseSource:
     def next(self, version: int) -> MiniBatch:
         rec: dict[str, Any] = {}
         if not self.buffer.remaining:  # a new rollout step with the current policy (version v)
-            batch, rec = rollout_batch(self.policy, self.task, self.pool, self.stream.next(self.cfg.rollout_prompts),
+            batch, rec = sample_rollout(self.policy, self.task, self.pool, self.stream.next(self.cfg.rollout_prompts),
                                        self.cfg, self.generator, version)
             with timed(rec, "old_logp"):  # the first mini-batch's rows are left to the on-policy update
                 batch.old_logp = recompute_logp(self.policy.model, batch, self.cfg, start_row=self.cfg.mini_batch_seqs)
@@ -115,7 +115,7 @@ class AsyncSource:
         self.repeats = _RepeatedPrompts(cfg)
 
         def produce(v: int) -> Batch:
-            batch, _ = rollout_batch(snapshot, task, pool, stream.next(cfg.prompts), cfg, generator, v)
+            batch, _ = sample_rollout(snapshot, task, pool, stream.next(cfg.prompts), cfg, generator, v)
             batch.old_logp = recompute_logp(snapshot.model, batch, cfg)
             return batch
 

@@ -1,216 +1,214 @@
-"""The off-policy training loop: get a mini-batch, update, log, evaluate, checkpoint.
+"""The off-policy training loop: rollout → advantages → update → log → evaluate → checkpoint.
 
-`train` is the whole run, read top to bottom. Its components live next door: the policy
+`train` is one run: it checks and prepares the run directory (`respo.train.rundir`), `_setup` builds
+what the run needs (task, policy, objective, optimizer and run state, resuming a checkpoint) and
+`_loop` is the algorithm, each phase under its comment. Its components live next door: the policy
 (`respo.train.policy`), the mini-batch sources, sync reuse-N or an async worker
-(`respo.train.sources`), one update (`respo.train.step`), the run state and checkpoints
-(`respo.train.checkpoint`), held-out evaluation (`respo.train.evaluate`) and metrics
-(`respo.train.metrics`).
+(`respo.train.sources`), which sample and recompute ``old_logp`` (`respo.train.rollout`), one update
+(`respo.train.update`), checkpoints and the run state (`respo.train.checkpoint`), held-out evaluation
+(`respo.train.evaluate`) and metrics (`respo.train.metrics`).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import random
-import shutil
 import signal
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from respo.core import Objective, group_advantages
 from respo.runtime import moe
 from respo.runtime.precision import resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
-from respo.train.checkpoint import (RunDirError, RunState, checkpoint_manifest, lock_run_dir, prepare_run_dir,
-                                    resume_changes, rng_state, set_rng_state, verify_checkpoint)
+from respo.train.checkpoint import RunState, checkpoint_manifest, rng_state, set_rng_state, verify_checkpoint
 from respo.train.config import ConfigError, TrainConfig, config_to_dict, validate
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
-from respo.train.metrics import MetricsLogger, timed, write_summary
-from respo.train.policy import load_run_policy
+from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
+from respo.train.policy import Policy, load_run_policy
+from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, reopen,
+                                resumed_entries, write_config)
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
-from respo.train.step import batch_metrics, make_optimizer, update_step
+from respo.train.update import make_optimizer, run_objective, update_step
 
 __all__ = ["train"]
 
 NUMPY_SEED_RANGE = 2**32  # numpy's legacy seeding takes seeds in [0, 2**32)
-#: What a run writes when it ends; removed when a resumed run goes on past it.
-ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
 
 
-
-def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, report: bool = True) -> Path:
+def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> Path:
     """Run one training job described by ``cfg``; return its run directory.
 
     Writes ``config.json``, ``metrics.jsonl`` (one record per update, plus ``eval`` records),
     ``summary.json`` (final and initial held-out evaluation, staleness reached, wall time),
-    checkpoints under ``ckpt/`` and, with ``report``, ``report.md`` + ``curve.png``
-    (`respo.study.run_report`). While it runs, the run seeds the global torch, python and numpy RNGs
-    and sets ``cfg.threads`` torch threads; all of them are restored on return.
+    checkpoints under ``ckpt/`` and the trained policy under ``final/``; a report of the run is
+    written from that directory afterwards (``respo train`` and ``respo demo`` do it with
+    `respo.study.run_report.write_run_report`). While it runs, the run seeds the global torch, python
+    and numpy RNGs and sets ``cfg.threads`` torch threads; all of them are restored on return.
 
-    The run directory (`respo.train.checkpoint.prepare_run_dir`): a new run needs an empty or absent
-    ``out_dir``; ``overwrite=True`` deletes a previous run's files first. ``resume=True`` continues
-    from the newest checkpoint (verified: a corrupt one raises `CheckpointError`), bitwise identical
-    to an uninterrupted run in sync mode on the CPU with fixed threads; only the settings in
-    `respo.train.checkpoint.RESUMABLE` may differ from the run's (config.json records them under
-    ``resumed``), any other difference raises `RunDirError`. A finished run is left untouched; a run
-    stopped after its last checkpoint is finished without evaluating again.
+    The run directory (`respo.train.rundir`): a path that cannot be a writable directory is refused
+    before anything is written; a new run needs an empty or absent ``out_dir``; ``overwrite=True``
+    deletes a previous run's files first. ``resume=True`` continues from the newest checkpoint (verified: a
+    corrupt one raises `CheckpointError`), bitwise identical to an uninterrupted run in sync mode on
+    the CPU with fixed threads; only the settings in `respo.train.rundir.RESUMABLE` may differ from
+    the run's (config.json records them under ``resumed``), any other difference raises `RunDirError`.
+    A finished run is left untouched; a run stopped after its last checkpoint is finished without
+    evaluating again.
     """
     validate(cfg)
-    run_dir, ckpt_root = Path(cfg.out_dir), Path(cfg.out_dir) / "ckpt"
+    run_dir = Path(cfg.out_dir)
+    check_writable(run_dir)
     with lock_run_dir(run_dir):
         ckpt = prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)
         settings = config_to_dict(cfg)
         changes: dict[str, list] = {}
         if ckpt is not None:
             manifest = checkpoint_manifest(ckpt)
-            changes = _check_resume(cfg, settings, manifest, run_dir)
-            if _finished(run_dir, manifest["update"], cfg):
+            changes = check_resume(run_dir, settings, config_to_dict(TrainConfig()), manifest, cfg.updates)
+            if finished(run_dir, manifest["update"], cfg.updates):
                 verify_checkpoint(ckpt)
                 print(f"[respo] {run_dir} holds a finished run ({cfg.updates} updates); nothing to do "
                       f"(raise --updates to continue it)", flush=True)
                 return run_dir
-        state = _run(cfg, run_dir, ckpt_root, ckpt, settings, changes)
+        part_start = time.perf_counter()
+        with _global_state_restored():
+            run = _setup(cfg, run_dir, ckpt, settings, changes, part_start)
+            _loop(cfg, run)
+        state = run.state
         write_summary(run_dir, cfg, state.evals, state.update, state.dropped, state.wall_parts())
-        if report:
-            from respo.study.run_report import write_run_report  # matplotlib, loaded only when a run ends
-
-            write_run_report(run_dir)
     return run_dir
 
 
-def _run(cfg: TrainConfig, run_dir: Path, ckpt_root: Path, ckpt: Path | None, settings: dict,
-         changes: dict[str, list]) -> RunState:
-    """Build everything, load ``ckpt`` (if any), train up to ``cfg.updates`` and write final/; the run state."""
-    part_start = time.perf_counter()
-    with _global_state_restored():
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        _seed_all(cfg.seed)
-        task = get_task(cfg.task, **cfg.task_kwargs)
-        pool = task.examples("train", cfg.train_pool, cfg.seed)
-        held_out = task.examples("test", cfg.eval_prompts, EVAL_SEED) if cfg.eval_prompts else []
-        device = resolve_device(cfg.device)
-        policy = load_run_policy(cfg)
-        model = policy.model.to(device)  # a no-op on the CPU
-        if cfg.routing_replay and not moe.is_moe(model):
-            raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
-        model.train()
-        state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
-                         buffer=RolloutBuffer(cfg.mini_batch_seqs),
-                         generator=torch.Generator(device=device).manual_seed(cfg.seed),
-                         part_start=part_start)
-        record = {**settings, "policy": policy.info}
-        if ckpt is not None:
-            state.load(ckpt, model)
-            record["resumed"] = _resumed_entries(run_dir, state.update, changes)
-            if state.update < cfg.updates:  # the run goes on: what described its end no longer does
-                for name in ENDING_ENTRIES:
-                    path = run_dir / name
-                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-                if "after" in state.evals:  # extending a finished run: its final evaluation becomes a periodic one
-                    state.evals[f"update_{state.update}"] = state.evals.pop("after")
-        (run_dir / "config.json").write_text(json.dumps(record, indent=1))
-        log = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, resume_update=state.update if ckpt else None)
+@dataclass
+class _Run:
+    """What the loop works with: the run's pieces, built once by `_setup`."""
 
-        def evaluate(name: str) -> None:
-            state.evals[name] = evaluate_held_out(policy, task, held_out, cfg)
-            log.log({"event": "eval", "update": state.update, **eval_record(state.evals[name])})
+    run_dir: Path
+    cfg: TrainConfig
+    settings: dict[str, Any]  # JSON-ready config, recorded in every checkpoint's manifest
+    task: Any
+    pool: list
+    held_out: list
+    policy: Policy
+    objective: Objective
+    state: RunState
+    log: MetricsLogger
 
-        def checkpoint() -> None:
-            state.save(ckpt_root, model, keep=cfg.keep_checkpoints, config=settings)
+    def evaluate(self, name: str) -> None:
+        self.state.evals[name] = evaluate_held_out(self.policy, self.task, self.held_out, self.cfg)
+        self.log.log({"event": "eval", "update": self.state.update, **eval_record(self.state.evals[name])})
 
-        if cfg.eval_before and held_out and "before" not in state.evals:
-            evaluate("before")
-        start_update = state.update
-        source: MiniBatchSource
+    def checkpoint(self) -> None:
+        self.state.save(self.run_dir / "ckpt", self.policy.model, keep=self.cfg.keep_checkpoints,
+                        config=self.settings)
+
+    def stop(self, signum: int) -> None:
+        """SIGINT/SIGTERM: checkpoint at this update boundary and stop."""
+        self.checkpoint()
+        self.log.close()
+        print(f"[respo] signal {signum}: checkpoint at update {self.state.update} written to "
+              f"{self.run_dir / 'ckpt'}; continue with --resume", flush=True)
+        raise KeyboardInterrupt(f"stopped by signal {signum} at update {self.state.update}")
+
+    def source(self) -> MiniBatchSource:
+        cfg, state = self.cfg, self.state
         if cfg.mode == "sync":
-            source = SyncReuseSource(policy, task, pool, cfg, stream=state.stream, buffer=state.buffer,
-                                     generator=state.generator)
-        else:
-            source = AsyncSource(policy, task, pool, cfg, stream=state.stream, version=state.version)
-        try:
-            with _StopOnSignal() as stop, _progress(cfg, state.update) as bar:
-                while state.update < cfg.updates:
-                    if stop.signum is not None:  # SIGINT/SIGTERM: stop at an update boundary with a checkpoint
-                        checkpoint()
-                        log.close()
-                        print(f"[respo] signal {stop.signum}: checkpoint at update {state.update} written to "
-                              f"{ckpt_root}; continue with --resume", flush=True)
-                        raise KeyboardInterrupt(f"stopped by signal {stop.signum} at update {state.update}")
-                    mb = source.next(state.version)
-                    rec = dict(mb.metrics)
-                    with timed(rec, "train"):
-                        metrics, old_logp = update_step(model, state.optimizer, state.scheduler, mb.batch, cfg,
-                                                        on_policy=mb.on_policy)
-                    rec.update(metrics)
-                    rec.update(batch_metrics(mb.batch, old_logp, state.version))
-                    state.dropped += rec.get("dropped", 0)
-                    state.update += 1
-                    state.version += 1
-                    source.after_update(model, state.update, state.version)
-                    rec = log.log({"update": state.update, "version": state.version,
+            return SyncReuseSource(self.policy, self.task, self.pool, cfg, stream=state.stream, buffer=state.buffer,
+                                   generator=state.generator)
+        return AsyncSource(self.policy, self.task, self.pool, cfg, stream=state.stream, version=state.version)
+
+
+def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, changes: dict[str, list],
+           part_start: float) -> _Run:
+    """Seed, build the task, policy, objective, optimizer and run state, load ``ckpt`` (if any), write
+    config.json and open the metrics log."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    _seed_all(cfg.seed)
+    task = get_task(cfg.task, **cfg.task_kwargs)
+    pool = task.examples("train", cfg.train_pool, cfg.seed)
+    held_out = task.examples("test", cfg.eval_prompts, EVAL_SEED) if cfg.eval_prompts else []
+    device = resolve_device(cfg.device)
+    policy = load_run_policy(cfg)
+    model = policy.model.to(device)  # a no-op on the CPU
+    if cfg.routing_replay and not moe.is_moe(model):
+        raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
+    model.train()
+    objective = run_objective(cfg)  # built once per run
+    state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
+                     buffer=RolloutBuffer(cfg.mini_batch_seqs),
+                     generator=torch.Generator(device=device).manual_seed(cfg.seed), part_start=part_start)
+    record = {**settings, "policy": policy.info}
+    if ckpt is not None:
+        state.load(ckpt, model)
+        record["resumed"] = resumed_entries(run_dir, state.update, changes)
+        if state.update < cfg.updates:  # the run goes on: what described its end no longer does
+            reopen(run_dir)
+            if "after" in state.evals:  # extending a finished run: its final evaluation becomes a periodic one
+                state.evals[f"update_{state.update}"] = state.evals.pop("after")
+    write_config(run_dir, record)
+    log = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, resume_update=state.update if ckpt else None)
+    return _Run(run_dir, cfg, settings, task, pool, held_out, policy, objective, state, log)
+
+
+def _loop(cfg: TrainConfig, run: _Run) -> None:
+    """Train up to ``cfg.updates``, then evaluate, checkpoint and write final/."""
+    state, model = run.state, run.policy.model
+    if cfg.eval_before and run.held_out and "before" not in state.evals:
+        run.evaluate("before")
+    start_update = state.update
+    source = run.source()
+    try:
+        with _StopOnSignal() as stop, _progress(cfg, state.update) as bar:
+            while state.update < cfg.updates:
+                if stop.signum is not None:  # stop at an update boundary, with a checkpoint
+                    run.stop(stop.signum)
+                # -- rollout: B prompts x G responses sampled by policy version <= v, old_logp recomputed
+                mb = source.next(state.version)
+                rec = dict(mb.metrics)
+                # -- advantages: group-relative, within each prompt's G responses
+                adv = group_advantages(mb.batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (B*G,)
+                batch = dataclasses.replace(mb.batch, adv=adv)
+                # -- update: one optimizer step on the objective; policy version v -> v + 1
+                with timed(rec, "train"):
+                    metrics, old_logp = update_step(model, state.optimizer, state.scheduler, batch, cfg,
+                                                    on_policy=mb.on_policy, objective=run.objective)
+                rec.update(metrics)
+                rec.update(batch_metrics(batch, old_logp, state.version))
+                state.dropped += rec.get("dropped", 0)
+                state.update += 1
+                state.version += 1
+                source.after_update(model, state.update, state.version)
+                # -- log: one metrics.jsonl record per update
+                rec = run.log.log({"update": state.update, "version": state.version,
                                    "dropped_total": state.dropped, **rec})
-                    bar.update(1)
-                    bar.set_postfix(score=f"{rec['score']:.3f}", stale=f"{rec['staleness_mean']:.1f}")
-                    if _due(cfg.eval_every, state.update, cfg.updates) and held_out:
-                        evaluate(f"update_{state.update}")
-                    if _due(cfg.checkpoint_every, state.update, cfg.updates):
-                        checkpoint()
-        finally:
-            source.close()
-        evaluated = bool(held_out) and "after" not in state.evals
-        if evaluated:
-            evaluate("after")
-        if state.update > start_update or evaluated:  # the last checkpoint holds the final evaluation
-            checkpoint()
-        log.close()
-        model.save_pretrained(run_dir / "final")
-        policy.tokenizer.save_pretrained(run_dir / "final")
-    return state
-
-
-def _check_resume(cfg: TrainConfig, settings: dict, manifest: dict, run_dir: Path) -> dict[str, list]:
-    """The settings changed since the checkpoint was written, ``{field: [old, new]}`` (all in `RESUMABLE`).
-
-    The checkpoint's manifest records its settings; older checkpoints fall back on config.json.
-
-    Raises:
-        RunDirError: a setting that changes the experiment differs, or the run is already past ``cfg.updates``.
-    """
-    old = manifest.get("config")
-    if old is None and (run_dir / "config.json").is_file():
-        old = json.loads((run_dir / "config.json").read_text())
-    changes = {}
-    if old is None:
-        print(f"[respo] --resume: {run_dir} records no settings for its checkpoint; they cannot be checked",
-              flush=True)
-    else:
-        changes = resume_changes(old, settings, defaults=config_to_dict(TrainConfig()))
-    if manifest["update"] > cfg.updates:
-        raise RunDirError(f"--resume: the run in {str(run_dir)!r} is at update {manifest['update']}, past "
-                          f"updates = {cfg.updates}; a run cannot be shortened (pass --updates "
-                          f"{manifest['update']} or more)")
-    return changes
-
-
-def _finished(run_dir: Path, update: int, cfg: TrainConfig) -> bool:
-    """The run ended: its last checkpoint is at ``cfg.updates`` and final/ and summary.json were written."""
-    return update == cfg.updates and (run_dir / "final").is_dir() and (run_dir / "summary.json").is_file()
-
-
-def _resumed_entries(run_dir: Path, update: int, changes: dict[str, list]) -> list[dict]:
-    """config.json's ``resumed`` list plus this resume, ``{"update": U, field: [old, new], ...}``; entries
-    of parts that left no checkpoint after ``update`` (killed before one) are dropped: this entry
-    compares with the checkpoint's own settings."""
-    path = run_dir / "config.json"
-    earlier = json.loads(path.read_text()).get("resumed", []) if path.is_file() else []
-    return [e for e in earlier if e.get("update", 0) < update] + [{"update": update, **changes}]
+                bar.update(1)
+                bar.set_postfix(score=f"{rec['score']:.3f}", stale=f"{rec['staleness_mean']:.1f}")
+                # -- evaluate, checkpoint: when due
+                if _due(cfg.eval_every, state.update, cfg.updates) and run.held_out:
+                    run.evaluate(f"update_{state.update}")
+                if _due(cfg.checkpoint_every, state.update, cfg.updates):
+                    run.checkpoint()
+    finally:
+        source.close()
+    # -- the end: final evaluation, the last checkpoint (it holds that evaluation), the trained policy
+    evaluated = bool(run.held_out) and "after" not in state.evals
+    if evaluated:
+        run.evaluate("after")
+    if state.update > start_update or evaluated:
+        run.checkpoint()
+    run.log.close()
+    model.save_pretrained(run.run_dir / "final")
+    run.policy.tokenizer.save_pretrained(run.run_dir / "final")
 
 
 def _due(every: int, update: int, updates: int) -> bool:

@@ -40,8 +40,9 @@ Nothing in transformers is forked: recorder and replay install forward hooks the
 exactly the plain model.
 
 Modules: ``families`` (family table, layer discovery), ``hooks`` (hook installation),
-``routing`` (routing tensors), ``recorder``, ``replay``; the diagnostics live in
-``respo.core.moe_diagnostics``.
+``routing`` (routing tensors), ``recorder``, ``replay``. The diagnostics, the routing dtype and
+its sentinel are pure functions of tensors in the core: import them from ``respo.core`` (defined in
+``respo.core.moe_diagnostics``); this package does not re-export them.
 
 Routing tensors
 ---------------
@@ -79,8 +80,8 @@ micro-batches); its ``S`` columns are matched to the routing's first ``S`` colum
 beyond the routing's ``L`` count as missing (so a recording that lacks the last sampled token,
 or trimmed right padding, both work).
 
-Diagnostics (``respo.core.moe_diagnostics``, re-exported here; pure functions of tensors,
-detached tensors, no ``.item()``)::
+Diagnostics (``from respo.core import router_shift, load_balance, moe_metrics``; pure functions of
+tensors, detached tensors, no ``.item()``)::
 
     shift = router_shift(routing_rollout, routing_train, mask)   # RouterShift
     bal = load_balance(routing_rollout, num_experts, mask)        # LoadBalance
@@ -88,7 +89,7 @@ detached tensors, no ``.item()``)::
 
 Integration points for the trainer
 ----------------------------------
-The trainer does all three through ``respo.train.step.ForwardRouting``.
+The trainer does all three through ``respo.train.update.ForwardRouting``.
 
 (a) Sampling: for an MoE policy (``is_moe(model)``), record the rollout::
 
@@ -107,17 +108,6 @@ The trainer does all three through ``respo.train.step.ForwardRouting``.
     overall / any layer / overlap / per layer on the response tokens (``mask`` (B, T) is
     right-aligned to the last T columns) and the rollout's expert-load balance.
 """
-
-from respo.core.moe_diagnostics import (
-    LoadBalance,
-    RouterShift,
-    expert_load,
-    load_balance,
-    missing_index,
-    moe_metrics,
-    router_shift,
-    routing_dtype,
-)
 
 from .families import (
     BUILTIN_FAMILIES,
@@ -139,17 +129,9 @@ __all__ = [
     "RoutingRecorder",
     "RoutingReplay",
     "routing_replay",
-    "RouterShift",
-    "LoadBalance",
     "find_moe_layers",
     "is_moe",
     "register_moe_family",
     "supported_families",
-    "routing_dtype",
-    "missing_index",
     "cat_routings",
-    "router_shift",
-    "expert_load",
-    "load_balance",
-    "moe_metrics",
 ]

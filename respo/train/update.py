@@ -1,4 +1,4 @@
-"""The pieces of one training step: rollout, ``old_logp`` recomputation, one policy update.
+"""The update side of the loop: micro-batches, the training forward, one policy update, the optimizer.
 
 Micro-batching: each mini-batch is processed in chunks of consecutive rows, ``micro_batch`` rows each
 or, with ``micro_batch_tokens``, as many rows as fit a budget of padded tokens (`micro_batches`). Their
@@ -12,6 +12,9 @@ moved to the model's device for its forward, which runs in ``cfg.dtype``
 MoE routing is decided in one place, `ForwardRouting`: sampling records the experts every token
 used; the ``old_logp`` and training forwards replay them (``routing_replay``) or, for the training
 forward, record what the current router picks, so the router shift since the rollout is logged.
+
+The rollout side (`respo.train.rollout`) recomputes ``old_logp`` with `forward_logprobs` over the same
+`micro_batches`, so the two forwards agree bitwise before any update.
 """
 
 from __future__ import annotations
@@ -20,19 +23,15 @@ from typing import Any
 
 import torch
 
-from respo import build_objective, group_advantages, policy_loss
+from respo.core import Objective, build_objective, moe_metrics
 from respo.runtime import moe
 from respo.runtime.logprobs import token_logprobs
 from respo.runtime.precision import mixed_precision
-from respo.runtime.sampler import sample
-from respo.runtime.tasks import score_rollout
-from respo.train.buffer import Batch, staleness_stats
+from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
-from respo.train.metrics import timed
-from respo.train.policy import Policy
 
-__all__ = ["ForwardRouting", "rollout_batch", "micro_batches", "recompute_logp", "update_step", "make_optimizer",
-           "batch_metrics", "training_forward"]
+__all__ = ["ForwardRouting", "replayed_routing", "micro_batches", "training_forward", "forward_logprobs",
+           "run_objective", "update_step", "make_optimizer"]
 
 
 class ForwardRouting:
@@ -71,53 +70,12 @@ class ForwardRouting:
         return None
 
 
-def _replayed_on(batch: Batch, cfg: TrainConfig, model) -> torch.Tensor | None:
+def replayed_routing(batch: Batch, cfg: TrainConfig, model) -> torch.Tensor | None:
     """The routing a training-side forward over ``batch`` replays, on the model's device (None: the
     router decides)."""
     if not cfg.routing_replay or batch.routing is None:
         return None
     return batch.routing.to(next(model.parameters()).device)
-
-
-# ----------------------------------------------------------------------------------------------
-# Rollout
-# ----------------------------------------------------------------------------------------------
-@torch.no_grad()
-def rollout_batch(policy: Policy, task, pool, indices: list[int], cfg: TrainConfig, generator: torch.Generator,
-                  version: int) -> tuple[Batch, dict]:
-    """Sample G responses for each example ``pool[i]``, score them, and compute group advantages.
-
-    Returns:
-        The batch (prompt-major, ``old_logp`` not yet computed) and sampling metrics.
-    """
-    model, G = policy.model, cfg.group_size
-    examples = [pool[i] for i in indices for _ in range(G)]
-    rec: dict[str, Any] = {}
-    model.eval()
-    with timed(rec, "sample"), ForwardRouting(model, record=True) as routing, mixed_precision(model, cfg.dtype):
-        ro = sample(model, policy.tokenizer, [ex.prompt for ex in examples], max_new_tokens=cfg.max_new_tokens,
-                    temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, version=version)
-    model.train()
-    ro = _on_cpu(ro)
-    rewards = torch.tensor(score_rollout(task, ro, examples))  # (S,)
-    adv = group_advantages(rewards, G, kind=cfg.adv_kind)  # (S,)
-    batch = Batch(input_ids=ro.input_ids, attention_mask=ro.attention_mask, response_start=ro.response_start,
-                  mask=ro.response_mask.float(), behaviour_logp=ro.behaviour_logp.float(), rewards=rewards,
-                  version=torch.full((len(examples),), version, dtype=torch.long), adv=adv,
-                  routing=_cpu_or_none(routing.current(length=ro.input_ids.shape[1])),
-                  example_index=torch.tensor([i for i in indices for _ in range(G)], dtype=torch.long))
-    return batch, rec
-
-
-def _cpu_or_none(x: torch.Tensor | None) -> torch.Tensor | None:
-    return None if x is None else x.cpu()
-
-
-def _on_cpu(ro):
-    """The rollout's tensors on the CPU (a no-op there), where batches are kept."""
-    for name in ("input_ids", "attention_mask", "response_mask", "behaviour_logp", "finished"):
-        setattr(ro, name, _cpu_or_none(getattr(ro, name)))
-    return ro
 
 
 def micro_batches(mask: torch.Tensor, response_start: int, cfg: TrainConfig) -> list[tuple[int, int]]:
@@ -163,7 +121,7 @@ def training_forward(model, cfg: TrainConfig):
     return compiled
 
 
-def _logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False):
+def forward_logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False):
     """``token_logprobs`` of a micro-batch on the model's device in ``cfg.dtype``; float32 (m, t) results."""
     device = next(model.parameters()).device
     with mixed_precision(model, cfg.dtype):
@@ -171,40 +129,16 @@ def _logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False)
                               mb.response_start, temperature=cfg.temperature, with_entropy=with_entropy)
 
 
-@torch.no_grad()
-def recompute_logp(model, batch: Batch, cfg: TrainConfig, *, start_row: int = 0) -> torch.Tensor:
-    """``old_logp``: the behaviour policy's log-probs recomputed by the trainer, (S, T).
-
-    Uses exactly the chunking, trimming and module mode of `update_step`'s training forward (the
-    model stays in ``train()``; the presets have no dropout), so a mini-batch trained before any
-    update gets log W = 0 exactly. Micro-batches never cross a mini-batch boundary: they are cut
-    within each mini-batch, as `update_step` cuts them.
-
-    Rows before ``start_row`` are left at 0: the sync loop passes ``start_row = B*G`` because the
-    first mini-batch is trained before any update, where ``old_logp`` equals the training forward's
-    detached log-probs bitwise (tested), so `update_step(on_policy=True)` takes them from there and
-    saves one forward pass per rollout step.
-    """
-    model.train()
-    old = torch.zeros_like(batch.mask)  # (S, T)
-    if start_row % cfg.mini_batch_seqs:
-        raise ValueError(f"start_row {start_row} is not a mini-batch boundary ({cfg.mini_batch_seqs} rows)")
-    for mb_start in range(start_row, batch.size, cfg.mini_batch_seqs):
-        mini = batch.rows(mb_start, min(mb_start + cfg.mini_batch_seqs, batch.size))
-        for i, j in micro_batches(mini.mask, mini.response_start, cfg):
-            mb = mini.rows(i, j).trimmed()
-            with ForwardRouting(model, replay=_replayed_on(mb, cfg, model)):
-                logp, _ = _logprobs(model, mb, cfg)
-            old[mb_start + i:mb_start + j, :logp.shape[1]] = logp.cpu() * mb.mask  # (m, t)
-    return old
+def run_objective(cfg: TrainConfig) -> Objective:
+    """The run's objective, built once: ``cfg.objective`` with ``cfg.objective_kwargs`` and ``cfg.loss_agg_mode``."""
+    return build_objective(cfg.objective, loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
 
 
-# ----------------------------------------------------------------------------------------------
-# One policy update
-# ----------------------------------------------------------------------------------------------
-def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
-                on_policy: bool = False) -> tuple[dict[str, Any], torch.Tensor]:
+def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, on_policy: bool = False,
+                objective: Objective | None = None) -> tuple[dict[str, Any], torch.Tensor]:
     """One optimizer step on one mini-batch (gradient accumulation over micro-batches).
+
+    ``objective``: the run's objective (`run_objective`; built from ``cfg`` when not given).
 
     With ``on_policy=True`` (no update since the rollout) ``batch.old_logp`` is not read: the old
     policy is the current one, so ``old_logp`` is the detached training forward itself, bitwise
@@ -226,20 +160,19 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     ent_sum = torch.zeros(())
     loss_total = torch.zeros(())
     router_now = []  # MoE: the experts the current router picks, per micro-batch
-    objective = build_objective(cfg.objective, **cfg.objective_kwargs)  # checked once, not per micro-batch
+    objective = run_objective(cfg) if objective is None else objective
     for i, j in micro_batches(batch.mask, batch.response_start, cfg):
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
         mask = mb.mask.to(device)  # (m, t)
-        with ForwardRouting(model, replay=_replayed_on(mb, cfg, model), record=mb.routing is not None) as routing:
-            logp, ent = _logprobs(model, mb, cfg, with_entropy=True)  # (m, t)
+        with ForwardRouting(model, replay=replayed_routing(mb, cfg, model), record=mb.routing is not None) as routing:
+            logp, ent = forward_logprobs(model, mb, cfg, with_entropy=True)  # (m, t)
         if on_policy:
             old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
         if mb.routing is not None:
-            router_now.append(_cpu_or_none(routing.current(length=mb.input_ids.shape[1])))
-        loss, _ = policy_loss(objective, logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
-                              loss_agg_mode=cfg.loss_agg_mode or None, global_tokens=global_tokens.to(device),
-                              global_seqs=global_seqs, diagnostics=False)
+            router_now.append(routing.current(length=mb.input_ids.shape[1]).cpu())
+        loss, _ = objective(logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
+                            global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False)
         loss.backward()
         loss_total += loss.detach().cpu()
         logp_all[i:j, :t] = logp.detach().cpu() * mb.mask
@@ -250,15 +183,14 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *,
     optimizer.step()
     scheduler.step()
     with torch.no_grad():
-        _, diag = policy_loss(objective, logp_all, old_logp, batch.adv, batch.mask,
-                              loss_agg_mode=cfg.loss_agg_mode or None)
+        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask)
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)
     if router_now:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
         now = moe.cat_routings(router_now, length=batch.routing.shape[1])  # (S, L, n_layers, k)
         num_experts = moe.find_moe_layers(model)[0].num_experts
-        out.update(moe.moe_metrics(batch.routing, now, num_experts, batch.mask, prefix=""))
+        out.update(moe_metrics(batch.routing, now, num_experts, batch.mask, prefix=""))
     return out, old_logp
 
 
@@ -270,17 +202,3 @@ def make_optimizer(model, cfg: TrainConfig):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: min(1.0, (u + 1) / warm) if warm else 1.0)
     return opt, sched
 
-
-def batch_metrics(batch: Batch, old_logp: torch.Tensor, version: int) -> dict[str, Any]:
-    """Score, pass rate, length and staleness of a mini-batch, and the rollout mismatch
-
-        mismatch = sum_t m_t |old_logp_t - behaviour_logp_t| / sum_t m_t
-
-    (training vs sampling log-probs of the same weights; 0 up to kernel differences).
-    """
-    s_mean, s_max = staleness_stats(batch.version, version)
-    tokens = batch.mask.sum().clamp_min(1)
-    mismatch = ((old_logp - batch.behaviour_logp).abs() * batch.mask).sum() / tokens
-    return {"score": ((batch.rewards + 1) / 2).mean(), "pass_rate": (batch.rewards > 0).float().mean(),
-            "response_length": batch.mask.sum(1).mean(), "staleness_mean": s_mean, "staleness_max": s_max,
-            "rollout_mismatch": mismatch}

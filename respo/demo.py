@@ -1,9 +1,9 @@
 """``respo demo``: warm start -> off-policy ReSPO at reuse ratio N -> held-out eval before/after -> report.
 
 `DEMO` holds the demo's settings (any of them overridable from the command line); `WHY` says what
-they are meant to show and is copied into the report, which `respo.study.run_report` writes like
-the report of any other run. Measured comparisons across objectives, N and learning rates are not
-restated here: they live in the staleness study, ``reports/staleness/report.md``, produced by
+they are meant to show and is copied into the report, which `respo.study.run_report` writes after
+`respo.train.train` returns, like the report of any other run. Measured comparisons across
+objectives, N and learning rates are not restated here: they live in the staleness study, ``reports/staleness/report.md``, produced by
 ``respo sweep`` and ``respo report``.
 """
 
@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from respo.study.run_report import write_run_report
 from respo.train.config import TrainConfig, apply_overrides, validate
+from respo.train.trainer import train
 
-__all__ = ["DEMO", "WHY", "demo_config", "run_demo", "write_report"]
+__all__ = ["DEMO", "WHY", "demo_config", "run_demo"]
 
 #: Demo settings (overridable: ``respo demo --reuse 8 --lr 1e-4``).
 DEMO: dict[str, Any] = {
@@ -62,21 +64,11 @@ def demo_config(overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     return cfg
 
 
-def write_report(run_dir: str | Path, *, why: str = "", wall_s: float | None = None) -> Path:
-    """``report.md`` + ``curve.png`` for any finished run directory (`respo.study.run_report`, imported
-    on first use so that importing `respo.train` does not load matplotlib)."""
-    from respo.study.run_report import write_run_report
-
-    return write_run_report(run_dir, note=why, wall_s=wall_s)
-
-
 def run_demo(overrides: Mapping[str, Any] | None = None) -> Path:
     """Train with the demo settings and write the report; returns the path of ``report.md``.
 
     The demo owns its run directory: running it again replaces the previous demo run there."""
-    from respo.train.trainer import train
-
     cfg = demo_config(overrides)
     t0 = time.perf_counter()
-    run_dir = train(cfg, overwrite=True, report=False)
-    return write_report(run_dir, why=WHY, wall_s=time.perf_counter() - t0)
+    run_dir = train(cfg, overwrite=True)
+    return write_run_report(run_dir, note=WHY, wall_s=time.perf_counter() - t0)

@@ -1,0 +1,214 @@
+"""The run directory: what a run writes there, and when a directory may be used.
+
+A new run goes only into an empty or absent directory (``--overwrite`` deletes a previous run's
+files first, nothing else); ``--resume`` needs a checkpoint whenever the directory holds a previous
+run's files, and refuses any setting that would change the experiment (`RESUMABLE` lists the
+settings that cannot; they may change and are recorded in config.json under ``resumed``). One
+process at a time may use a run directory (an advisory lock on the directory itself, so nothing
+extra is written). A path that cannot become a run directory (a regular file, a path under a file,
+a directory this process may not write) is refused by `check_writable` before anything is written.
+
+The trainer's order: `check_writable` → `lock_run_dir` → `prepare_run_dir` (the checkpoint to resume from) →
+`check_resume` and `finished` → `reopen` (a resumed run that goes on drops what described its end)
+→ `write_config`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from respo.errors import RespoError
+from respo.train.checkpoint import latest_checkpoint
+
+__all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
+           "prepare_run_dir", "lock_run_dir", "resume_changes", "check_resume", "finished", "resumed_entries",
+           "reopen", "write_config"]
+
+#: What a run writes into its directory; anything else there (a sweep's train.log, notes) is left alone.
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", "tb", "report.md", "curve.png")
+#: What describes a run's end (the CLI and the demo add report.md and curve.png); removed when a resumed
+#: run goes on past it.
+ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
+#: Settings a resumed run may change: they change neither the weights nor the per-update records
+#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records).
+#: Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
+#: part of the experiment.
+RESUMABLE = ("updates", "out_dir", "cache_dir", "progress", "tensorboard", "checkpoint_every", "keep_checkpoints",
+             "eval_every")
+
+
+class RunDirError(RespoError, RuntimeError):
+    """A run directory cannot be used as asked (not a writable directory, a previous run in it, nothing
+    to resume, changed settings)."""
+
+
+def run_entries(run_dir: str | Path) -> list[str]:
+    """The `RUN_ENTRIES` present in ``run_dir``: the files of a previous run."""
+    run_dir = Path(run_dir)
+    return [name for name in RUN_ENTRIES if (run_dir / name).exists()]
+
+
+def _writable(path: Path) -> bool:
+    """This process may create entries in directory ``path`` (by its effective ids where the OS allows)."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
+
+
+def check_writable(run_dir: str | Path) -> None:
+    """Refuse, before anything is written, a ``run_dir`` that cannot become a run directory.
+
+    Raises:
+        RunDirError: ``run_dir`` is not a directory (a regular file, ...), lies under a file, or is (or
+            would be created in) a directory this process may not write.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() or run_dir.is_symlink():
+        if not run_dir.is_dir():
+            raise RunDirError(f"run directory {str(run_dir)!r} exists and is not a directory; choose another "
+                              f"--out-dir")
+        if not _writable(run_dir):
+            raise RunDirError(f"run directory {str(run_dir)!r} is not writable; choose another --out-dir or "
+                              f"make it writable")
+        return
+    parent = run_dir.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise RunDirError(f"run directory {str(run_dir)!r} cannot be created: {str(parent)!r} is a file, not a "
+                          f"directory")
+    if not _writable(parent):
+        raise RunDirError(f"run directory {str(run_dir)!r} cannot be created: {str(parent)!r} is not writable")
+
+
+def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Path | None:
+    """Check that ``run_dir`` may be used as asked; return the checkpoint to resume from (None: start fresh).
+
+    - neither flag: the directory must hold no previous run (`RUN_ENTRIES`);
+    - ``overwrite``: a previous run's files are deleted first (nothing else in the directory is touched);
+    - ``resume``: the newest checkpoint, or None when the directory holds no previous run at all.
+
+    Raises:
+        RunDirError: both flags, a previous run without either flag, or ``resume`` with a previous
+            run's files but no checkpoint.
+    """
+    run_dir = Path(run_dir)
+    if resume and overwrite:
+        raise RunDirError("--resume continues the run in the directory and --overwrite deletes it: pass one of them")
+    used = run_entries(run_dir)
+    if overwrite:
+        for name in used:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        return None
+    if not resume:
+        if used:
+            raise RunDirError(f"run directory {str(run_dir)!r} already holds a run ({', '.join(used)}); pass --resume "
+                              f"to continue it or --overwrite to delete it and start again")
+        return None
+    ckpt = latest_checkpoint(run_dir / "ckpt")
+    if ckpt is None and used:
+        raise RunDirError(f"--resume: run directory {str(run_dir)!r} holds a previous run ({', '.join(used)}) but no "
+                          f"checkpoint under ckpt/ to continue from; pass --overwrite instead to delete it and "
+                          f"start again")
+    return ckpt
+
+
+@contextmanager
+def lock_run_dir(run_dir: str | Path) -> Iterator[Path]:
+    """Create ``run_dir`` if needed and hold an exclusive advisory lock on it (``flock`` on the
+    directory itself, released when the process ends, however it ends).
+
+    Raises:
+        RunDirError: another process holds the lock (a run is writing into this directory).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"run directory {str(run_dir)!r} is in use by another respo process; wait for it "
+                              f"to finish or choose another --out-dir") from None
+        yield run_dir
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def resume_changes(old: Mapping[str, Any], new: Mapping[str, Any], *, defaults: Mapping[str, Any]) -> dict[str, list]:
+    """Settings that differ between the run being resumed (``old``) and now (``new``): ``{field: [old, new]}``.
+
+    Both are JSON-ready dicts of the config fields; a field ``old`` lacks (recorded before it existed)
+    counts as its value in ``defaults``.
+
+    Raises:
+        RunDirError: naming every changed field outside `RESUMABLE` (they would change the experiment).
+    """
+    changes = {name: [old.get(name, defaults[name]), value] for name, value in new.items()
+               if old.get(name, defaults[name]) != value}
+    locked = {name: pair for name, pair in changes.items() if name not in RESUMABLE}
+    if locked:
+        said = "; ".join(f"{name} {json.dumps(a)} -> {json.dumps(b)}" for name, (a, b) in locked.items())
+        raise RunDirError(f"--resume would change the experiment: {said}. Resume with the run's settings "
+                          f"(see its config.json) or start a new run in another --out-dir; only "
+                          f"{', '.join(RESUMABLE)} may change on resume")
+    return changes
+
+
+def check_resume(run_dir: Path, settings: Mapping[str, Any], defaults: Mapping[str, Any], manifest: Mapping[str, Any],
+                 updates: int) -> dict[str, list]:
+    """The settings changed since the checkpoint was written, ``{field: [old, new]}`` (all in `RESUMABLE`).
+
+    ``settings`` are this run's (JSON-ready), ``defaults`` every field's default, ``manifest`` the
+    checkpoint's; its manifest records the settings that produced it (older checkpoints fall back
+    on config.json).
+
+    Raises:
+        RunDirError: a setting that changes the experiment differs, or the run is already past ``updates``.
+    """
+    old = manifest.get("config")
+    if old is None and (run_dir / "config.json").is_file():
+        old = json.loads((run_dir / "config.json").read_text())
+    changes = {}
+    if old is None:
+        print(f"[respo] --resume: {run_dir} records no settings for its checkpoint; they cannot be checked",
+              flush=True)
+    else:
+        changes = resume_changes(old, settings, defaults=defaults)
+    if manifest["update"] > updates:
+        raise RunDirError(f"--resume: the run in {str(run_dir)!r} is at update {manifest['update']}, past "
+                          f"updates = {updates}; a run cannot be shortened (pass --updates "
+                          f"{manifest['update']} or more)")
+    return changes
+
+
+def finished(run_dir: Path, update: int, updates: int) -> bool:
+    """The run ended: its last checkpoint is at ``updates`` and final/ and summary.json were written."""
+    return update == updates and (run_dir / "final").is_dir() and (run_dir / "summary.json").is_file()
+
+
+def resumed_entries(run_dir: Path, update: int, changes: Mapping[str, list]) -> list[dict]:
+    """config.json's ``resumed`` list plus this resume, ``{"update": U, field: [old, new], ...}``; entries
+    of parts that left no checkpoint after ``update`` (killed before one) are dropped: this entry
+    compares with the checkpoint's own settings."""
+    path = run_dir / "config.json"
+    earlier = json.loads(path.read_text()).get("resumed", []) if path.is_file() else []
+    return [e for e in earlier if e.get("update", 0) < update] + [{"update": update, **changes}]
+
+
+def reopen(run_dir: Path) -> None:
+    """A resumed run goes on past its end: remove what described that end (`ENDING_ENTRIES`)."""
+    for name in ENDING_ENTRIES:
+        path = run_dir / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def write_config(run_dir: Path, record: Mapping[str, Any]) -> None:
+    """``config.json``: every setting of the run, the policy it started from and its resumes."""
+    (run_dir / "config.json").write_text(json.dumps(record, indent=1))
