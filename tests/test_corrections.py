@@ -151,9 +151,10 @@ def test_m2po_by_hand():
 def test_chi2_by_hand():
     # chi2_token = mean w² − 1 = (2.25 + 1.21 + .36 + .64 + 16 + 1.1025 + .04)/7 − 1 = 21.6025/7 − 1
     # chi2_seq   = mean W² − 1 = (1.65² + .48² + 4² + .21²)/4 − 1 = (2.7225 + .2304 + 16 + .0441)/4 − 1 = 3.74925
-    _, _, _, diag = run(C.tis)
-    assert diag["corr/chi2_token"].item() == pytest.approx(21.6025 / 7 - 1, rel=1e-12)
-    assert diag["corr/chi2_seq"].item() == pytest.approx(3.74925, rel=1e-12)
+    logp, old, _, mask = hand_batch()
+    chi = C.chi2(C.token_log_weight(logp, old, mask), mask)
+    assert chi["chi2_token"].item() == pytest.approx(21.6025 / 7 - 1, rel=1e-12)
+    assert chi["chi2_seq"].item() == pytest.approx(3.74925, rel=1e-12)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -409,3 +410,93 @@ def test_bad_hyperparameters_raise_one_line_errors(call, message):
     with pytest.raises(ValueError, match=message) as err:
         call()
     assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# The corrections as objectives of the one pipeline
+# --------------------------------------------------------------------------------------------------
+
+NAMES = ("tis", "mis", "icepop", "m2po", "decoupled", "opsm")
+
+
+def test_hyperparameters_know_every_correction_with_its_published_default():
+    from respo import hyperparameters
+
+    assert hyperparameters("tis") == {"level": "sequence", "cap": 2.0}  # verl rollout_correction defaults
+    assert hyperparameters("mis") == {"level": "sequence", "lo": 0.0, "hi": 3.0}  # TRL sequence_mask, clip_max 3
+    assert hyperparameters("icepop") == {"lo": 0.5, "hi": 5.0}
+    assert hyperparameters("m2po") == {"tau": 0.04}  # AReaL m2_threshold
+    assert hyperparameters("decoupled") == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": None,
+                                            "cap": 5.0, "cap_mode": "mask"}  # AReaL  # fmt: skip
+    assert hyperparameters("opsm") == {"delta": 0.5, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": None}
+
+
+@pytest.mark.parametrize(
+    "name, hp, message",
+    [
+        ("tis", {"level": "row"}, "tis: level must be one of"),
+        ("tis", {"cap": -2}, "tis: cap must be > 0"),
+        ("mis", {"lo": 2.0, "hi": 1.0}, "mis: need 0 <= lo < hi"),
+        ("icepop", {"hi": "five"}, "icepop: hi must be a number"),
+        ("m2po", {"tau": 0}, "m2po: tau must be > 0"),
+        ("decoupled", {"cap_mode": "clip"}, "decoupled: cap_mode must be one of"),
+        ("decoupled", {"clip_ratio_c": 1.0}, "decoupled: clip_ratio_c must be > 1"),
+        ("opsm", {"delta": -0.1}, "opsm: delta must be >= 0"),
+        ("opsm", {"clip_ratio_low": 1.5}, r"opsm: clip_ratio_low must be in \[0, 1\)"),
+    ],
+)
+def test_build_objective_rejects_bad_values_in_one_line(name, hp, message):
+    from respo import build_objective
+
+    with pytest.raises(ValueError, match=message) as err:
+        build_objective(name, **hp)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_policy_loss_runs_the_correction_and_reports_its_diagnostics(name):
+    from respo import policy_loss
+
+    logp, old, adv, mask, prox = random_batch(seed=11)
+    fn = {"tis": C.tis, "mis": C.mis, "icepop": C.icepop, "m2po": C.m2po,
+          "decoupled": lambda *a: C.decoupled(*a, prox_logp=prox),
+          "opsm": lambda lp, o, a, m: C.opsm(lp, o, a, a[:, 0], m)}[name]  # fmt: skip
+    x = logp.clone().requires_grad_(True)
+    extra = {"prox_logp": prox} if name == "decoupled" else {}
+    loss, metrics = policy_loss(name, x, old, adv[:, 0], mask, **extra)
+    loss.backward()
+    y = logp.clone().requires_grad_(True)
+    ref = agg_loss(fn(y, old, adv, mask).values, mask, "token-mean")
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-12)
+    assert torch.allclose(x.grad, y.grad, rtol=1e-12, atol=1e-15)
+    for key in ("corr/mask_frac/pos", "corr/trunc_frac/neg", "corr/silenced_adv_share/pos", "chi2_token", "chi2_seq"):
+        assert key in metrics and metrics[key].dim() == 0 and not metrics[key].requires_grad, key
+
+
+def test_every_objective_reports_chi2_of_w():
+    from respo import OBJECTIVES, policy_loss
+
+    logp, old, adv, mask, _ = random_batch(seed=12)
+    expected = C.chi2(C.token_log_weight(logp, old, mask), mask)
+    for name in OBJECTIVES:
+        _, metrics = policy_loss(name, logp, old, adv[:, 0], mask, **({"prox_logp": logp} if name == "decoupled" else {}))
+        assert metrics["chi2_token"].item() == pytest.approx(expected["chi2_token"].item(), rel=1e-12), name
+        assert metrics["chi2_seq"].item() == pytest.approx(expected["chi2_seq"].item(), rel=1e-12), name
+
+
+def test_decoupled_prox_logp_is_optional_and_checked():
+    from respo import build_objective
+
+    logp, old, adv, mask, prox = random_batch(seed=13)
+    objective = build_objective("decoupled", clip_ratio_c=3.0)
+    without, _ = objective(logp, old, adv[:, 0], mask)
+    with_current, _ = objective(logp, old, adv[:, 0], mask, prox_logp=logp)  # π_prox = π_θ: the same
+    with_prox, _ = objective(logp, old, adv[:, 0], mask, prox_logp=prox)
+    assert without.item() == with_current.item() and with_prox.item() != without.item()
+    bad = prox.clone()
+    bad[2, 0] = math.nan
+    with pytest.raises(ValueError, match=r"prox_logp: 1 row"):
+        objective(logp, old, adv[:, 0], mask, prox_logp=bad)
+    with pytest.raises(ValueError, match=r"unknown keyword argument\(s\) \['prox_logp'\]"):
+        build_objective("tis")(logp, old, adv[:, 0], mask, prox_logp=prox)

@@ -43,8 +43,11 @@ Diagnostics (``correction_diagnostics``), detached 0-d tensors, NaN for an empty
     corr/silenced_adv_share/pos|neg                    Σ|Â| over silenced tokens / Σ|Â| over all valid
                                                        tokens of that sign: the share of the batch's
                                                        positive (negative) learning signal removed
-    corr/chi2_token = mean_tokens(w_it²) − 1           χ² of the token weights (verl's ``chi2_token``)
-    corr/chi2_seq   = mean_rows(W_i²) − 1              χ² of the sequence weights (verl's ``chi2_seq``)
+
+``chi2`` gives χ² of the weights as verl logs them (every objective's metrics carry it):
+
+    chi2_token = mean_tokens(w_it²) − 1                χ² of the token weights (verl's ``chi2_token``)
+    chi2_seq   = mean_rows(W_i²) − 1                   χ² of the sequence weights (verl's ``chi2_seq``)
 
 Signs follow the sequence advantage Â_i (the masked token mean of Â_it). Truncation (TIS,
 decoupled ``truncate``) reduces a weight without silencing it; PPO clipping inside decoupled and
@@ -381,13 +384,13 @@ def chi2(log_w: torch.Tensor, mask: torch.Tensor) -> Metrics:
     rows = m.sum(dim=-1) > 0
     seq = torch.exp(2 * (log_w * m).sum(dim=-1).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B,)
     chi_seq = _ratio(torch.where(rows, seq, zero).sum(), rows.to(log_w.dtype).sum()) - 1
-    return {"corr/chi2_token": chi_tok, "corr/chi2_seq": chi_seq}
+    return {"chi2_token": chi_tok, "chi2_seq": chi_seq}
 
 
 def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Tensor, seq_adv: torch.Tensor,
                            mask: torch.Tensor) -> Metrics:
-    """The fractions a correction truncated and silenced per advantage sign, the share of each sign's
-    learning signal it silenced, and χ² of W (keys in the module docstring).
+    """The fractions a correction truncated and silenced per advantage sign and the share of each sign's
+    learning signal it silenced (keys in the module docstring; ``chi2`` gives χ² of W).
 
     Args:
       corr: the ``Correction``.
@@ -418,7 +421,6 @@ def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Ten
         out[f"corr/silenced_seqs{suffix}"] = _ratio(all_silenced.to(dtype).sum(), sel.to(dtype).sum())
         signal = torch.where(tok, a, zero).sum()
         out[f"corr/silenced_adv_share{suffix}"] = _ratio(torch.where(tok & corr.silenced, a, zero).sum(), signal)
-    out.update(chi2(log_w, mask))
     out.update({k: v.detach() for k, v in corr.metrics.items()})
     return out
 

@@ -302,7 +302,7 @@ def m2po_policy_loss(
     ``rollout_is_weights`` fold into log w like the other respo losses (``rollout_is_level``); tokens
     with weight 0 leave the selection and the loss (verl's normaliser still counts them).
     Metrics: ``actor/ppo_kl`` and the core's correction diagnostics under ``respo/`` (``respo/corr/mask_frac``,
-    ``respo/corr/mask_frac/pos``, ``respo/corr/silenced_adv_share/pos``, ``respo/corr/chi2_token``, ...).
+    ``respo/corr/mask_frac/pos``, ``respo/corr/silenced_adv_share/pos``, ``respo/chi2_token``, ...).
     """
     policy_loss = getattr(config, "policy_loss", None)
     tau = corrections.check_positive("m2po_tau", _get(policy_loss, "m2po_tau", M2PO_TAU), what="m2po")
@@ -315,6 +315,7 @@ def m2po_policy_loss(
     adv_seq = (advantages.detach() * m).sum(dim=-1) / n_tok.clamp(min=1)  # (B,)
     log_w = corrections.token_log_weight(log_prob, old_log_prob, m, log_rho)  # (B, T)
     diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
+    diag.update(corrections.chi2(log_w, m))
     log_r = corrections.token_log_weight(log_prob, old_log_prob, m)
     diag["ppo_kl"] = -log_r.sum() / m.sum().clamp(min=1)
     metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
