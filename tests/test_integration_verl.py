@@ -407,6 +407,7 @@ def test_scripts_parse():
         ("cispo", 8, "cispo"),
         ("sapo", 8, "sapo"),
         ("gmpo", 8, "geo_mean"),
+        ("m2po", 8, "m2po"),
     ],
 )
 def test_recipe_composes_and_validates_with_verl(objective, reuse, loss_mode):
@@ -428,7 +429,7 @@ def test_recipe_composes_and_validates_with_verl(objective, reuse, loss_mode):
     assert not actor.use_kl_loss and actor.entropy_coeff == 0 and not cfg.algorithm.use_kl_in_reward
     assert actor.policy_loss.loss_mode == loss_mode
     assert get_policy_loss_fn(loss_mode) is not None
-    if objective in rv.OBJECTIVES:
+    if objective in rv.OBJECTIVES + rv.CORRECTIONS:
         assert type(actor.policy_loss) is rv.RespoPolicyLossConfig
         assert actor.policy_loss.rollout_is_level == "token"  # follows algorithm.rollout_correction.rollout_is
         assert actor.loss_agg_mode == "token-mean"
