@@ -27,8 +27,8 @@ from respo.core.aggregation import agg_loss
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 rc = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper")
+from test_crosscheck_verl_trl import actor_config  # noqa: E402
 from verl.trainer.config.algorithm import RolloutCorrectionConfig  # noqa: E402
-from verl.workers.config import FSDPActorConfig  # noqa: E402
 
 f64 = torch.float64
 TOL = dict(rtol=1e-6, atol=1e-9)  # verl adds 1e-8 to its token and sequence counts
@@ -131,8 +131,7 @@ def test_decoupled_matches_verls_ppo_clip_with_token_is_weights(cap_mode, cap, t
     prox = logp + 0.2 * torch.randn(logp.shape, dtype=f64, generator=torch.Generator().manual_seed(7))
     weights, _ = rc.compute_rollout_correction_weights(prox - old, mask, rollout_is="token", rollout_is_threshold=threshold)
     x = logp.clone().requires_grad_(True)
-    config = FSDPActorConfig(strategy="fsdp", rollout_n=4, ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=2,
-                             use_dynamic_bsz=False, clip_ratio_c=3.0)  # fmt: skip
+    config = actor_config(clip_ratio_c=3.0)
     lv, mv = core_algos.compute_policy_loss_vanilla(prox, x, adv.unsqueeze(-1).expand_as(logp), mask, loss_agg_mode=mode,
                                                     config=config, rollout_is_weights=weights)  # fmt: skip
     lv.backward()
@@ -161,8 +160,7 @@ def test_opsm_loss_is_the_ppo_clip_times_the_mask(c):
     logp, old, adv, mask = batch(8, scale=0.6)
     keep = grpo_trainer.GRPOTrainer.get_off_policy_mask(adv.unsqueeze(-1), logp, old, mask, 0.15)  # (B, 1)
     x = logp.clone().requires_grad_(True)
-    config = FSDPActorConfig(strategy="fsdp", rollout_n=4, ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=2,
-                             use_dynamic_bsz=False, clip_ratio_c=3.0 if c else 1e9)  # fmt: skip
+    config = actor_config(clip_ratio_c=3.0 if c else 1e9)
     lv, _ = core_algos.compute_policy_loss_vanilla(old, x, adv.unsqueeze(-1).expand_as(logp), mask, loss_agg_mode="token-mean",
                                                    config=config, rollout_is_weights=keep.expand_as(logp))  # fmt: skip
     lv.backward()

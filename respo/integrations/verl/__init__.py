@@ -225,6 +225,13 @@ def fold_rollout_is_weights(
     return fold_rollout_log_ratio(rollout_is_weights, mask, level=level, name="rollout_is_weights")
 
 
+def _float_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Detached 0-d tensors as Python floats in one device sync, NaN (undefined on this micro-batch) left out."""
+    names = list(metrics)
+    values = torch.stack([metrics[k].detach().to(torch.float64) for k in names]).tolist()
+    return {k: v for k, v in zip(names, values) if math.isfinite(v)}
+
+
 def reshaped_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -274,18 +281,9 @@ def reshaped_policy_loss(
     log_r = torch.where(m > 0, log_prob.detach() - old_log_prob.detach(), torch.zeros_like(m))  # (B, T)
     diag = weight_diagnostics(log_w, phi, adv_seq, m, token_log_ratio=log_r)
     ppo_kl = -log_r.sum() / m.sum().clamp(min=1)
-    names = ["actor/ppo_kl"] + [f"respo/{k}" for k in diag]
-    values = torch.stack([ppo_kl.to(torch.float64)] + [v.to(torch.float64) for v in diag.values()]).tolist()  # one sync
     metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
-    metrics.update({k: v for k, v in zip(names, values) if math.isfinite(v)})
+    metrics.update(_float_metrics({"actor/ppo_kl": ppo_kl, **{f"respo/{k}": v for k, v in diag.items()}}))
     return pg_loss, metrics
-
-
-def _float_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Detached 0-d tensors as Python floats in one device sync, NaN (undefined on this micro-batch) left out."""
-    names = list(metrics)
-    values = torch.stack([metrics[k].detach().to(torch.float64) for k in names]).tolist()
-    return {k: v for k, v in zip(names, values) if math.isfinite(v)}
 
 
 def m2po_policy_loss(
@@ -316,12 +314,9 @@ def m2po_policy_loss(
     log_w = corrections.token_log_weight(log_prob, old_log_prob, m, log_rho)  # (B, T)
     diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
     diag.update(corrections.chi2(log_w, m))
-    log_r = corrections.token_log_weight(log_prob, old_log_prob, m)
-    diag["ppo_kl"] = -log_r.sum() / m.sum().clamp(min=1)
+    ppo_kl = -corrections.token_log_weight(log_prob, old_log_prob, m).sum() / m.sum().clamp(min=1)
     metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
-    values = _float_metrics(diag)
-    metrics["actor/ppo_kl"] = values.pop("ppo_kl")
-    metrics.update({f"respo/{k}": v for k, v in values.items()})
+    metrics.update(_float_metrics({"actor/ppo_kl": ppo_kl, **{f"respo/{k}": v for k, v in diag.items()}}))
     return pg_loss, metrics
 
 
