@@ -27,21 +27,16 @@ from respo.core.aggregation import agg_loss
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 rc = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper")
-from test_crosscheck_verl_trl import actor_config  # noqa: E402
+from test_crosscheck_verl_trl import actor_config, batch as verl_batch  # noqa: E402
 from verl.trainer.config.algorithm import RolloutCorrectionConfig  # noqa: E402
 
 f64 = torch.float64
 TOL = dict(rtol=1e-6, atol=1e-9)  # verl adds 1e-8 to its token and sequence counts
 
 
-def batch(seed, B=16, T=10, scale=0.5):
-    g = torch.Generator().manual_seed(seed)
-    logp = -torch.rand(B, T, generator=g, dtype=f64) * 3
-    old = logp + scale * torch.randn(B, T, generator=g, dtype=f64)
-    mask = (torch.rand(B, T, generator=g) > 0.3).to(f64)
-    mask[:, 0] = 1
-    adv = torch.randn(B, generator=g, dtype=f64)
-    return logp, old, adv, mask
+def batch(seed, scale=0.5):
+    """16 rows of 10 tokens, ragged mask, advantages of both signs (the verl cross-checks' batch)."""
+    return verl_batch(seed, B=16, T=10, scale=scale)
 
 
 def verl_bypass(rcfg, logp, old, adv, mask, mode="token-mean"):
