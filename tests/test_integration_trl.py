@@ -76,6 +76,7 @@ def test_loss_type_routing():
     assert objective_for("respo") == "respo" and objective_for("gspo") == "gspo"
     assert objective_for("respo_vespo") == "vespo" and objective_for("respo_grpo") == "grpo"
     assert objective_for("vespo") is None and objective_for("dapo") is None  # TRL's own
+    assert objective_for("m2po") == "m2po" and objective_for("decoupled") == "decoupled"  # TRL lacks them
 
 
 def test_bad_hyperparameters_fail_at_config_time(tmp_path):
@@ -226,6 +227,54 @@ def test_trls_own_vespo_matches_cores_vespo(fp64_trainer, tokenizer):
         trainer.loss_type, trainer.respo_objective, trainer.respo_hparams = saved
     assert abs(core_vespo.item() - trl_vespo.item()) < 1e-6 * max(1.0, abs(trl_vespo.item()))  # float32 log-probs
     assert abs(ours.item() - trl_vespo.item()) > 1e-6  # respo is not vespo
+
+
+def _as(trainer, loss_type, objective, hparams, inputs, **attrs):
+    """``trainer._compute_loss`` with another loss type (and TRL attributes) on the same inputs."""
+    saved = {k: getattr(trainer, k) for k in ("loss_type", "respo_objective", "respo_hparams", *attrs)}
+    try:
+        trainer.loss_type, trainer.respo_objective, trainer.respo_hparams = loss_type, objective, hparams
+        for k, v in attrs.items():
+            setattr(trainer, k, v)
+        return trainer._compute_loss(trainer.model, inputs)
+    finally:
+        for k, v in saved.items():
+            setattr(trainer, k, v)
+
+
+@pytest.mark.parametrize("objective, hparams", [("m2po", {"tau": 0.3}), ("decoupled", {"cap": 3.0})])
+def test_m2po_and_decoupled_which_trl_lacks_equal_the_core(fp64_trainer, tokenizer, objective, hparams):
+    # In TRL one optimizer step sees one accumulation window, so decoupled's π_prox is the current policy
+    # (the core's default when prox_logp is left out). Same normaliser as the other respo losses (37·2/4).
+    trainer = fp64_trainer
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=5)
+    trainer.model.zero_grad()
+    loss = _as(trainer, objective, objective, hparams, inputs)
+    loss.backward()
+    grad = trainer.model.lm_head.weight.grad.clone()
+    trainer.model.zero_grad()
+    logp = reference_logp(trainer.model, inputs)
+    mask = inputs["completion_mask"].double()
+    core, metrics = respo.policy_loss(objective, logp, inputs["old_per_token_logps"], inputs["advantages"], mask,
+                                      global_tokens=37.0 * 2 / 4, **hparams)  # fmt: skip
+    core.backward()
+    assert 0 < metrics["corr/mask_frac"].item() < 1  # the correction silences some tokens here
+    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
+    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
+    assert "respo/corr/mask_frac" in trainer._metrics["train"]
+
+
+def test_respo_opsm_equals_trls_own_off_policy_masking(fp64_trainer, tokenizer):
+    # TRL's native OPSM: loss_type="dapo" (PPO clip ε = 0.2, no dual clip) with off_policy_mask_threshold = δ,
+    # its KL from old_per_token_logps (no vLLM). respo's "opsm" on the same inputs: the same loss.
+    trainer = fp64_trainer
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=6)
+    delta = 0.3
+    trl = _as(trainer, "dapo", None, {}, inputs, off_policy_mask_threshold=delta, epsilon_low=0.2, epsilon_high=0.2)
+    ours = _as(trainer, "opsm", "opsm", {"delta": delta}, inputs)
+    unmasked = _as(trainer, "opsm", "opsm", {"delta": 1e9}, inputs)
+    assert abs(ours.item() - trl.item()) < 1e-6 * max(1.0, abs(trl.item())), (ours.item(), trl.item())
+    assert abs(ours.item() - unmasked.item()) > 1e-6  # δ drops a sequence on these inputs
 
 
 def test_config_parses_from_the_command_line():

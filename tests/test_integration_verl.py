@@ -100,10 +100,11 @@ def grad_of(loss: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
 
 
 def test_registers_objectives_verl_lacks_and_keeps_verls_own():
-    assert rv.REGISTERED == {name: name for name in rv.OBJECTIVES}  # verl 0.9.1 has none of our names
+    assert rv.REGISTERED == {name: name for name in rv.OBJECTIVES + rv.CORRECTIONS}  # verl 0.9.1 has none of our names
     for name in rv.OBJECTIVES:
         fn = get_policy_loss_fn(name)
         assert fn.__respo_objective__ == name and fn.func is rv.reshaped_policy_loss
+    assert get_policy_loss_fn("m2po").func is rv.m2po_policy_loss
     # verl's own losses are untouched.
     assert get_policy_loss_fn("vanilla") is core_algos.compute_policy_loss_vanilla
     assert get_policy_loss_fn("gspo") is core_algos.compute_policy_loss_gspo
@@ -314,6 +315,63 @@ def test_objectives_defaults_and_fold_come_from_the_core():
 
 
 # ------------------------------------------------------------------------------------------------
+# M2PO, which verl lacks
+# ------------------------------------------------------------------------------------------------
+
+
+def test_m2po_by_hand_inside_verl(default_actor):
+    # 2 rows, T = 2, log w = logp − old = [[0.5, 0.1], [−0.1, 0.0]], Â = [+1, −1] per row, all valid.
+    # (log w)² = .25, .01, .01, 0: mean .0675 ≥ .04; drop .25 → mean of .01, .01, 0 = .00667 < .04.
+    # Kept: r = e^0.1, e^−0.1, 1. ℓ = −M·r·Â → L = (−e^0.1 + e^−0.1 + 1)/4; ∂/∂logp = −M·r·Â/4.
+    old = torch.zeros(2, 2, dtype=torch.float64)
+    logp = torch.tensor([[0.5, 0.1], [-0.1, 0.0]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    loss, metrics = get_policy_loss_fn("m2po")(old, logp, adv, mask, "token-mean", default_actor, None)
+    e = math.exp(0.1)
+    assert loss.item() == pytest.approx((-e + 1 / e + 1) / 4, rel=1e-12)
+    expected = torch.tensor([[0.0, -e / 4], [1 / e / 4, 1 / 4]], dtype=torch.float64)
+    assert torch.allclose(grad_of(loss, logp), expected, rtol=1e-12, atol=1e-15)
+    assert metrics["respo/corr/mask_frac"] == pytest.approx(1 / 4)  # one of four tokens
+    assert metrics["respo/corr/mask_frac/pos"] == pytest.approx(1 / 2) and metrics["respo/corr/mask_frac/neg"] == 0.0
+    assert metrics["actor/ppo_kl"] == pytest.approx(-0.5 / 4)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_m2po_equals_the_core_and_tau_passes_through_hydra(default_actor, mode):
+    from respo.core import corrections
+
+    logp, old, adv, adv_seq, mask = batch(4)
+    m = mask.double()
+    custom = actor_config(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=m2po",
+        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
+        "+actor_rollout_ref.actor.policy_loss.m2po_tau=0.3",
+    )
+    assert custom.policy_loss.m2po_tau == 0.3
+    for config, tau in ((default_actor, 0.04), (custom, 0.3)):
+        loss, metrics = get_policy_loss_fn("m2po")(old, logp, adv, mask, mode, config, None)
+        corr = corrections.m2po(logp, old, adv_seq.unsqueeze(-1), m, tau=tau)
+        core = respo.agg_loss(corr.values, m, mode)
+        assert 0 < corr.silenced.sum() < m.sum()  # the batch selects something at both τ
+        assert torch.allclose(loss, core, rtol=1e-12, atol=1e-15)
+        assert torch.allclose(grad_of(loss, logp), grad_of(core, logp), rtol=1e-12, atol=1e-15)
+        assert metrics["respo/corr/mask_frac"] == pytest.approx(corr.silenced.sum().item() / m.sum().item())
+    with pytest.raises(ValueError, match="m2po: m2po_tau must be > 0"):
+        rv.RespoPolicyLossConfig(m2po_tau=0.0)
+
+
+def test_m2po_folds_rollout_is_weights(default_actor):
+    # token rollout weights ρ fold into log w: the same as lowering old_logp by log ρ.
+    logp, old, adv, _, mask = batch(5)
+    rho = torch.exp(0.2 * torch.randn(old.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+    fn = get_policy_loss_fn("m2po")
+    a, _ = fn(old, logp, adv, mask, "token-mean", default_actor, rho * mask)
+    b, _ = fn(old - torch.log(rho), logp, adv, mask, "token-mean", default_actor, None)
+    assert torch.allclose(a, b, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
 # Launch recipe: bash -n and a dry composition with verl's config (no GPU)
 # ------------------------------------------------------------------------------------------------
 
@@ -349,6 +407,7 @@ def test_scripts_parse():
         ("cispo", 8, "cispo"),
         ("sapo", 8, "sapo"),
         ("gmpo", 8, "geo_mean"),
+        ("m2po", 8, "m2po"),
     ],
 )
 def test_recipe_composes_and_validates_with_verl(objective, reuse, loss_mode):
@@ -370,7 +429,7 @@ def test_recipe_composes_and_validates_with_verl(objective, reuse, loss_mode):
     assert not actor.use_kl_loss and actor.entropy_coeff == 0 and not cfg.algorithm.use_kl_in_reward
     assert actor.policy_loss.loss_mode == loss_mode
     assert get_policy_loss_fn(loss_mode) is not None
-    if objective in rv.OBJECTIVES:
+    if objective in rv.OBJECTIVES + rv.CORRECTIONS:
         assert type(actor.policy_loss) is rv.RespoPolicyLossConfig
         assert actor.policy_loss.rollout_is_level == "token"  # follows algorithm.rollout_correction.rollout_is
         assert actor.loss_agg_mode == "token-mean"

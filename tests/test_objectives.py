@@ -195,7 +195,9 @@ def _valid_modes(name):
     return ["seq-mean-token-mean"] if name == "gmpo" else list(AGG_MODES)
 
 
-@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+# M2PO selects its tokens over the whole batch it is given, so it is not micro-batch invariant (by design;
+# tests/test_corrections.py shows the masks differ with the split and what still holds).
+@pytest.mark.parametrize("name", sorted(set(OBJECTIVES) - {"m2po"}))
 def test_micro_batch_invariance(name):
     logp, old, adv, mask = random_batch(B=10, T=6, seed=5, scale=0.5)
     n_tok, n_seq = mask.sum(), (mask.sum(-1) > 0).sum()
@@ -380,8 +382,8 @@ def test_every_objective_lists_its_valid_hyperparameters(name):
     # Calling <name>_loss directly with an unknown hyperparameter names the valid ones (or "none").
     logp, old, adv, mask = random_batch()
     listed = ", ".join(f"{k}={v!r}" for k, v in hyperparameters(name).items()) or "none"
-    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) \['tau'\]") as err:
-        OBJECTIVES[name](logp, old, adv, mask, tau=1)
+    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) \['bogus'\]") as err:
+        OBJECTIVES[name](logp, old, adv, mask, bogus=1)
     assert str(err.value).endswith(f"valid: {listed}")
 
 

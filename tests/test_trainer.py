@@ -221,3 +221,30 @@ def test_a_run_builds_its_objective_once_and_train_writes_no_report(tmp_path, mo
     run = train(_cfg(updates=3, reuse=1, objective="gspo", loss_agg_mode="token-mean", out_dir=str(tmp_path / "r")))
     assert built == [("gspo",)]
     assert (run / "summary.json").is_file() and not (run / "report.md").exists() and not (run / "curve.png").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden:UserWarning")  # the gradient capture
+def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
+    # The trainer takes one optimizer step per mini-batch, so the proximal policy of an update is the policy
+    # being differentiated; its log-probs are the training forward itself (bitwise the recomputation, see
+    # test_on_policy_shortcut_equals_recomputation) and cost no extra forward. decoupled then has r = 1 and its
+    # update equals token MIS on [0, C] of π_θ/π_old.
+    cfg = _cfg(micro_batch=4)
+    batch = _rollout(setup, cfg, cfg.prompts)
+    model = copy.deepcopy(setup[0].model)
+    opt, sched = make_optimizer(model, cfg)
+    update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "reinforce"}))  # now batch is stale
+    runs = {}
+    for name, kw in (("decoupled", {"cap": 1.02}), ("mis", {"level": "token", "lo": 0.0, "hi": 1.02})):
+        m = copy.deepcopy(model)
+        o, s = make_optimizer(m, cfg)
+        grads, step = [], o.step
+        o.step = lambda *a, **k: (grads.extend(p.grad.clone() for p in m.parameters() if p.grad is not None), step(*a, **k))[1]
+        metrics, _ = update_step(m, o, s, batch, apply_overrides(cfg, {"objective": name, "objective_kwargs": kw}))
+        runs[name] = (grads, metrics)
+    (g_dec, m_dec), (g_mis, m_mis) = runs["decoupled"], runs["mis"]
+    assert 0 < float(m_dec["corr/mask_frac"]) < 1 and float(m_dec["corr/mask_frac"]) == float(m_mis["corr/mask_frac"])
+    # the same gradient up to float32 rounding (the loss values differ: −b·Â against −c·Â·logp)
+    assert len(g_dec) == len(g_mis) > 0 and any(g.abs().sum() > 0 for g in g_dec)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max())) for a, b in zip(g_dec, g_mis))
+    assert "chi2_token" in m_dec and "corr/silenced_adv_share/pos" in m_dec

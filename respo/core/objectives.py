@@ -33,7 +33,8 @@ losses are per sequence (``per_sequence=True``, (B,) values).
 An objective that needs another per-token tensor, e.g. a proximal policy's log-probs ``prox_logp``
 (B, T), names it in its entry, ``_Entry(_factory, inputs=("prox_logp",))``. Callers then pass it by
 name, ``objective(logp, old_logp, adv, mask, prox_logp=prox)`` or ``policy_loss(name, ...,
-prox_logp=prox)``; the pipeline checks it like the other inputs (shape (B, T), floating point, NaN/inf
+prox_logp=prox)``; an input listed in ``optional_inputs`` may be left out (or None), and the term
+then finds it missing from ``inputs.extra``. The pipeline checks it like the other inputs (shape (B, T), floating point, NaN/inf
 on a valid token raised or its row masked under ``nan_policy``), detaches it and hands it to the
 term as ``inputs.extra["prox_logp"]``. A missing declared tensor, or one the objective does not
 declare, is refused.
@@ -56,6 +57,17 @@ into log W instead):
     sapo   −σ(τ(r−1))·(4/τ)·Â, τ = τ⁺ for Â > 0, τ⁻ otherwise
     gmpo   −Â_i·exp(mean_t sign-aware-clip(log r_it)) per sequence, mean over sequences
 
+Staleness corrections the frameworks ship (``respo.core.corrections``; log w = logp − old_logp + log ρ,
+so ρ folds into the weight; docs/method.md gives sources, base objectives and the verl/TRL mapping):
+
+    tis        −sg(min(w, C))·Â·logp, token or sequence w               (verl bypass REINFORCE + TIS)
+    mis        −sg(w·1[lo ≤ w ≤ hi])·Â·logp, token or sequence w
+    icepop     mis at token level on [0.5, 5]
+    m2po       −M·r·Â, M drops the largest (log r)² until their batch mean is below τ (not micro-batch invariant)
+    decoupled  b·PPO(π_θ/π_prox), b = π_prox/π_old masked (or truncated) above C; optional ``prox_logp``
+               (default: the current policy, detached, i.e. one optimizer step per batch)
+    opsm       K_i·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ
+
 References:
     ReSPO: Chen, Ban, Hsieh (2026), arXiv 2609.35433. VESPO: arXiv 2602.10693. GRPO: Shao et al.
     (2024). GSPO: arXiv 2507.18071. CISPO: MiniMax-M1, arXiv 2506.13585. SAPO: arXiv 2511.20347.
@@ -72,6 +84,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
+from respo.core import corrections
 from respo.core.checks import LossInputs, check_inputs
 from respo.core.diagnostics import weight_diagnostics
 from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
@@ -365,6 +378,100 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
 
 
 # --------------------------------------------------------------------------------------------------
+# Staleness corrections (respo.core.corrections): a factory checks the hyperparameters
+# --------------------------------------------------------------------------------------------------
+
+
+def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Correction"]) -> TermFn:
+    """The term of a correction: its loss and coefficient, and its diagnostics in the metrics."""
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        corr = apply(inputs)
+        with torch.no_grad():
+            log_w = corrections.token_log_weight(inputs.logp, inputs.old_logp, inputs.mask, inputs.rollout_log_ratio)
+            metrics = corrections.correction_diagnostics(corr, log_w, inputs.adv, inputs.seq_adv, inputs.mask)
+        return Term(corr.values, corr.coef, metrics)
+
+    term.__name__ = f"{name}_term"
+    return term
+
+
+def _tis(level: str = "sequence", cap: float = 2.0) -> TermFn:
+    """TIS: ℓ = −sg(min(w, C))·Â·logp with w = π_θ/π_old·ρ per token or per sequence (W_i on every token).
+
+    REINFORCE-shaped, as verl's bypass mode with ``loss_type="reinforce"``; defaults are verl's
+    ``rollout_is="sequence"``, ``rollout_is_threshold=2.0`` (its ``bypass_pg_is`` preset).
+    Metrics ``corr/trunc_frac`` (/pos, /neg): the share of sequences (tokens) whose weight the cap cut.
+    """
+    level = corrections.check_level(level, what="tis")
+    cap = corrections.check_cap(cap, what="tis")
+    return _correction_term("tis", lambda i: corrections.tis(i.logp, i.old_logp, i.adv, i.mask, level=level, cap=cap,
+                                                             log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+def _mis(level: str = "sequence", lo: float = 0.0, hi: float = 3.0) -> TermFn:
+    """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced.
+
+    Defaults are TRL's ``vllm_importance_sampling_mode="sequence_mask"`` with ``clip_max=3.0`` (no lower
+    bound); verl's Seq-MIS preset uses [0.5, 2]. Metrics ``corr/mask_frac``, ``corr/silenced_adv_share/pos``, ...
+    """
+    level = corrections.check_level(level, what="mis")
+    lo, hi = corrections.check_band(lo, hi, what="mis")
+    return _correction_term("mis", lambda i: corrections.mis(i.logp, i.old_logp, i.adv, i.mask, level=level, lo=lo, hi=hi,
+                                                             log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+def _icepop(lo: float = 0.5, hi: float = 5.0) -> TermFn:
+    """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp with [α, β] = [0.5, 5] (verl's
+    ``bypass_pg_token_icepop``)."""
+    lo, hi = corrections.check_band(lo, hi, what="icepop")
+    return _correction_term("icepop", lambda i: corrections.icepop(i.logp, i.old_logp, i.adv, i.mask, lo=lo, hi=hi,
+                                                                   log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+def _m2po(tau: float = 0.04) -> TermFn:
+    """M2PO: ℓ = −M_it·r_it·Â_it (gradient through r = π_θ/π_old·ρ), M drops the tokens with the largest
+    (log r)² until the mean (log r)² of the kept tokens of the batch is below τ (AReaL ``m2_threshold``).
+
+    The selection spans the batch of the call, so M2PO is not invariant to micro-batching.
+    """
+    tau = corrections.check_positive("tau", tau, what="m2po")
+    return _correction_term("m2po", lambda i: corrections.m2po(i.logp, i.old_logp, i.adv, i.mask, tau=tau,
+                                                               log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+def _decoupled(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: Optional[float] = None,
+               cap: float = 5.0, cap_mode: str = "mask") -> TermFn:  # fmt: skip
+    """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old·ρ masked above C (``cap_mode="mask"``,
+    AReaL's ``behav_imp_weight_cap``) or truncated at C (``"truncate"``, verl's decoupled mode).
+
+    ``prox_logp`` (B, T), optional: the proximal policy's log-probs (the policy at the start of the
+    update). Left out, π_prox is the current policy (logp detached): exact when a batch gets one
+    optimizer step, as in respo's trainer, where r = 1 and ∇L = −agg[b·Â·∇logp].
+    """
+    low, high, c = corrections.check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="decoupled")
+    cap = corrections.check_cap(cap, what="decoupled")
+    mode = corrections.check_cap_mode(cap_mode, what="decoupled")
+    return _correction_term("decoupled", lambda i: corrections.decoupled(
+        i.logp, i.old_logp, i.adv, i.mask, prox_logp=i.extra.get("prox_logp"), clip_ratio_low=low,
+        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+def _opsm(delta: float = 0.5, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
+          clip_ratio_c: Optional[float] = None) -> TermFn:  # fmt: skip
+    """OPSM (DeepSeek-V3.2): ℓ = K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 whose mean per-token
+    KL_i = mean_t(log π_old − log π_θ − log ρ) exceeds δ (TRL ``off_policy_mask_threshold``).
+
+    Default δ = 0.5 is TRL's documented example; the clip is TRL's default loss (ε = 0.2, no dual clip).
+    """
+    delta = corrections.check_positive("delta", delta, what="opsm", allow_zero=True)
+    low, high, c = corrections.check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="opsm")
+    return _correction_term("opsm", lambda i: corrections.opsm(
+        i.logp, i.old_logp, i.adv, i.seq_adv, i.mask, delta=delta, clip_ratio_low=low, clip_ratio_high=high,
+        clip_ratio_c=c, log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
 # The table: one entry per objective
 # --------------------------------------------------------------------------------------------------
 
@@ -377,6 +484,7 @@ class _Entry:
     default_agg: str = TOKEN_MEAN
     per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
     inputs: Tuple[str, ...] = ()  # extra (B, T) tensors the term reads from ``inputs.extra``
+    optional_inputs: Tuple[str, ...] = ()  # extra (B, T) tensors a call may leave out
 
 
 _TABLE: Dict[str, _Entry] = {
@@ -390,6 +498,12 @@ _TABLE: Dict[str, _Entry] = {
     "gmpo": _Entry(_gmpo, default_agg=SEQ_MEAN, per_sequence=True),
     "topr": _Entry(_topr),
     "reinforce": _Entry(_reinforce),
+    "tis": _Entry(_tis),
+    "mis": _Entry(_mis),
+    "icepop": _Entry(_icepop),
+    "m2po": _Entry(_m2po),
+    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp",)),
+    "opsm": _Entry(_opsm),
 }
 
 
@@ -448,6 +562,7 @@ class Objective:
     per_sequence: bool = False
     loss_agg_mode: str = TOKEN_MEAN  # the aggregation a call uses unless it names another
     inputs: Tuple[str, ...] = ()  # extra (B, T) tensors a call must pass by name
+    optional_inputs: Tuple[str, ...] = ()  # extra (B, T) tensors a call may pass by name
 
     @property
     def kernels(self) -> Optional[Tuple[Kernel, Kernel]]:
@@ -488,7 +603,7 @@ class Objective:
         ``loss_agg_mode`` None uses the mode the objective was built with; ``extra`` are the per-token
         tensors its entry declares (``self.inputs``).
         """
-        undeclared = sorted(set(extra) - set(self.inputs))
+        undeclared = sorted(set(extra) - set(self.inputs) - set(self.optional_inputs))
         if undeclared:
             raise ValueError(f"unknown keyword argument(s) {undeclared}: the hyperparameters of a built "
                              f"objective ({self.name!r}) are set by build_objective")  # fmt: skip
@@ -497,6 +612,7 @@ class Objective:
             raise ValueError(f"objective {self.name!r} needs the per-token input(s) {missing}, each (B, T)")
         mode = self.loss_agg_mode if not loss_agg_mode else self.agg_mode(loss_agg_mode)
         # The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics.
+        extra = {k: v for k, v in extra.items() if v is not None or k in self.inputs}  # an optional one left out
         inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy, extra)
         log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
         term = self.term(inputs, log_ratio, _rollout_weight(inputs))
@@ -518,6 +634,8 @@ class Objective:
             coef = term.coef if term.coef.dim() == 1 else _seq_mean(term.coef, inputs.mask)  # (B,)
             token_log_r = inputs.logp.detach() - inputs.old_logp  # (B, T)
             metrics.update(weight_diagnostics(log_w, coef, inputs.seq_adv, inputs.mask, token_log_ratio=token_log_r))
+            rlr = inputs.rollout_log_ratio
+            metrics.update(corrections.chi2(token_log_r if rlr is None else token_log_r + rlr, inputs.mask))
         metrics.update({k: v.detach() for k, v in term.metrics.items()})
         return loss, metrics
 
@@ -540,7 +658,7 @@ def build_objective(name: str, *, loss_agg_mode: Optional[str] = None, **hparams
     entry = _entry(name)
     _check_names(name, hparams)
     objective = Objective(name, entry.factory(**hparams), entry.default_agg, entry.per_sequence, entry.default_agg,
-                          entry.inputs)  # fmt: skip
+                          entry.inputs, entry.optional_inputs)  # fmt: skip
     mode = objective.agg_mode(loss_agg_mode)
     return objective if mode == objective.loss_agg_mode else dataclasses.replace(objective, loss_agg_mode=mode)
 
@@ -594,7 +712,8 @@ def policy_loss(
     """
     if isinstance(name, Objective):
         return name(logp, old_logp, advantages, mask, loss_agg_mode=loss_agg_mode, **kwargs)
-    call_names = set(COMMON_KWARGS) | set(_entry(name).inputs)
+    entry = _entry(name)
+    call_names = set(COMMON_KWARGS) | set(entry.inputs) | set(entry.optional_inputs)
     hparams = {k: kwargs.pop(k) for k in list(kwargs) if k not in call_names}
     objective = build_objective(name, loss_agg_mode=loss_agg_mode, **hparams)
     return objective(logp, old_logp, advantages, mask, **kwargs)
@@ -614,6 +733,8 @@ def _loss_function(name: str) -> LossFn:
     options = [p for p in params if p.kind is p.KEYWORD_ONLY]
     own = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(entry.factory).parameters.values()]
     own += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=torch.Tensor) for k in entry.inputs]
+    own += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[torch.Tensor])
+            for k in entry.optional_inputs]  # fmt: skip
     loss.__signature__ = inspect.Signature(tensors + own + options)  # type: ignore[attr-defined]
     loss.__name__ = loss.__qualname__ = f"{name}_loss"
     loss.__doc__ = entry.factory.__doc__
@@ -625,6 +746,8 @@ respo_loss, vespo_loss, reshaped_loss = OBJECTIVES["respo"], OBJECTIVES["vespo"]
 topr_loss, reinforce_loss = OBJECTIVES["topr"], OBJECTIVES["reinforce"]
 grpo_loss, gspo_loss, cispo_loss = OBJECTIVES["grpo"], OBJECTIVES["gspo"], OBJECTIVES["cispo"]
 sapo_loss, gmpo_loss = OBJECTIVES["sapo"], OBJECTIVES["gmpo"]
+tis_loss, mis_loss, icepop_loss = OBJECTIVES["tis"], OBJECTIVES["mis"], OBJECTIVES["icepop"]
+m2po_loss, decoupled_loss, opsm_loss = OBJECTIVES["m2po"], OBJECTIVES["decoupled"], OBJECTIVES["opsm"]
 
 
 def get_objective(name: str) -> LossFn:
@@ -635,7 +758,8 @@ def get_objective(name: str) -> LossFn:
 
 __all__ = [
     "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "SequenceWeightTerm", "Term", "UnknownHyperparameterError",
-    "UnknownObjectiveError", "build_objective", "cispo_loss", "get_objective", "gmpo_loss", "grpo_loss", "gspo_loss",
-    "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss",
-    "sapo_loss", "sequence_kernels", "topr_loss", "vespo_loss",
+    "UnknownObjectiveError", "build_objective", "cispo_loss", "decoupled_loss", "get_objective", "gmpo_loss",
+    "grpo_loss", "gspo_loss", "hyperparameters", "icepop_loss", "kernel_from_spec", "m2po_loss", "mis_loss",
+    "opsm_loss", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss", "sapo_loss", "sequence_kernels",
+    "tis_loss", "topr_loss", "vespo_loss",
 ]  # fmt: skip

@@ -18,6 +18,12 @@ respo's types it recomputes the per-token log-probs with TRL's own
     respo_<name>          <name>, for the names TRL also has (respo_vespo, respo_grpo,
                           respo_cispo, respo_sapo), so TRL's own versions stay reachable
 
+The staleness corrections TRL lacks run the same way: ``loss_type="m2po"`` (M2PO) and
+``loss_type="decoupled"`` (decoupled PPO; one optimizer step sees one accumulation window, so the
+proximal policy is the current one and ``prox_logp`` is left to the core's default). TRL has TIS and
+MIS itself (``vllm_importance_sampling_mode``, on π_old/π_vLLM) and OPSM (``off_policy_mask_threshold``,
+which respo's ``opsm`` reproduces: tests/test_integration_trl.py); docs/method.md maps them.
+
 Normalisation follows TRL's ``dapo``: ``token-mean`` divides by the token count of the whole
 accumulation window (``num_items_in_batch / num_processes · grad_accum / steps_per_generation``),
 so gradient accumulation and data parallelism give the full-batch loss. Other modes

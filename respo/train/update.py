@@ -144,6 +144,11 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     policy is the current one, so ``old_logp`` is the detached training forward itself, bitwise
     equal to `recompute_logp`.
 
+    An objective that reads the proximal policy's log-probs (``decoupled``'s ``prox_logp``) gets the
+    detached training forward: π_prox is the policy at the start of this update, and one optimizer step
+    per mini-batch, taken after every micro-batch's forward, leaves it the policy being differentiated,
+    so its log-probs are this forward (bitwise a recomputation) and cost no extra forward pass.
+
     Returns:
         Metrics (loss, grad_norm, grad_clipped, lr, entropy, the core's diagnostics from ``policy_loss`` on the
         whole mini-batch, recomputed from the detached micro-batch log-probs; MoE: router shift and
@@ -161,6 +166,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     loss_total = torch.zeros(())
     router_now = []  # MoE: the experts the current router picks, per micro-batch
     objective = run_objective(cfg) if objective is None else objective
+    takes_prox = "prox_logp" in objective.inputs + objective.optional_inputs
     for i, j in micro_batches(batch.mask, batch.response_start, cfg):
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
@@ -171,8 +177,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
             old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
         if mb.routing is not None:
             router_now.append(routing.current(length=mb.input_ids.shape[1]).cpu())
+        prox = {"prox_logp": logp.detach()} if takes_prox else {}  # π_prox: the policy before this update's step
         loss, _ = objective(logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
-                            global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False)
+                            global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False, **prox)
         loss.backward()
         loss_total += loss.detach().cpu()
         logp_all[i:j, :t] = logp.detach().cpu() * mb.mask
@@ -183,7 +190,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     optimizer.step()
     scheduler.step()
     with torch.no_grad():
-        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask)
+        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask, **({"prox_logp": logp_all} if takes_prox else {}))
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)

@@ -49,6 +49,17 @@ Without the ``_target_`` the loss runs with the published defaults (extra keys o
 ``PolicyLossConfig`` would be rejected by it). Setting the ``_target_`` also makes every worker
 that builds the actor config import this module, i.e. register the losses where they run.
 
+M2PO, which verl 0.9.1 lacks, is registered as ``loss_mode=m2po`` (``m2po_policy_loss``): the core's
+``corrections.m2po`` on log w = logp − old_logp + log ρ, aggregated by verl's ``agg_loss``:
+
+    ℓ_it = −M_it·r_it·Â_it,  r = π_θ/π_old·ρ,  M drops the tokens with the largest (log r)² until the mean
+    (log r)² of the kept tokens is below τ (``+actor_rollout_ref.actor.policy_loss.m2po_tau``, default 0.04)
+
+verl calls a policy loss once per micro-batch, so the M2PO selection is per micro-batch (as in AReaL's
+loss function); set ``ppo_micro_batch_size_per_gpu`` to the mini-batch to select over the whole update.
+The other staleness corrections verl ships itself (``algorithm.rollout_correction``: TIS, MIS/rejection,
+IcePop, decoupled mode); docs/method.md maps respo's names onto verl's settings.
+
 Metrics: verl's keys (``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``; verl
 adds ``actor/pg_loss``) and the core's weight diagnostics under ``respo/`` (``respo/log_w/p10``,
 ``respo/frac_pos_low_w``, ``respo/pos_low_w_mass_share``, ``respo/frac_starved``, ...); a
@@ -84,6 +95,7 @@ from respo import (
     two_branch,
     weight_diagnostics,
 )
+from respo.core import corrections
 from respo.core.kernels import Kernel
 from respo.core.ratios import LOG_W_CLAMP, ROLLOUT_LEVELS
 
@@ -93,6 +105,7 @@ __all__ = [
     "RespoPolicyLossConfig",
     "fold_rollout_is_weights",
     "kernels_for",
+    "m2po_policy_loss",
     "register",
     "reshaped_policy_loss",
     "verl_name",
@@ -101,6 +114,9 @@ __all__ = [
 #: respo's REINFORCE-shaped objectives offered to verl (verl 0.9.1 has none of them): the core's
 #: objectives made of two kernels.
 OBJECTIVES = tuple(name for name in CORE_OBJECTIVES if build_objective(name).kernels is not None)
+#: staleness corrections verl 0.9.1 does not ship (it has TIS, MIS, IcePop and decoupled PPO itself).
+CORRECTIONS = ("m2po",)
+M2PO_TAU = 0.04  # AReaL's m2_threshold
 ROLLOUT_IS_LEVELS = ROLLOUT_LEVELS
 
 
@@ -116,6 +132,7 @@ class RespoPolicyLossConfig(PolicyLossConfig):
         log_w_clamp: log W is clamped to [−c, c] before any kernel.
         rollout_is_level: how ``rollout_is_weights`` are folded: ``auto``, ``token`` or ``sequence``
             (set it to ``algorithm.rollout_correction.rollout_is``; None means ``auto``).
+        m2po_tau: M2PO's second-moment threshold τ > 0 (``loss_mode=m2po``).
     """
 
     respo_pos: list = field(default_factory=lambda: list(RESPO_POS))
@@ -126,6 +143,7 @@ class RespoPolicyLossConfig(PolicyLossConfig):
     reshaped_neg: str = hyperparameters("reshaped")["neg_kernel"]
     log_w_clamp: float = LOG_W_CLAMP
     rollout_is_level: Optional[str] = "auto"
+    m2po_tau: float = M2PO_TAU
 
     def __post_init__(self):
         # Fail at config time (in every worker), not at the first loss call.
@@ -135,6 +153,7 @@ class RespoPolicyLossConfig(PolicyLossConfig):
             raise ValueError(f"rollout_is_level must be one of {ROLLOUT_IS_LEVELS} or None, got {self.rollout_is_level!r}")
         if not (math.isfinite(float(self.log_w_clamp)) and float(self.log_w_clamp) > 0):
             raise ValueError(f"log_w_clamp must be a positive number, got {self.log_w_clamp!r}")
+        corrections.check_positive("m2po_tau", self.m2po_tau, what="m2po")
 
 
 def _floats(values: Sequence[Any], n: int, name: str) -> tuple:
@@ -206,6 +225,13 @@ def fold_rollout_is_weights(
     return fold_rollout_log_ratio(rollout_is_weights, mask, level=level, name="rollout_is_weights")
 
 
+def _float_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Detached 0-d tensors as Python floats in one device sync, NaN (undefined on this micro-batch) left out."""
+    names = list(metrics)
+    values = torch.stack([metrics[k].detach().to(torch.float64) for k in names]).tolist()
+    return {k: v for k, v in zip(names, values) if math.isfinite(v)}
+
+
 def reshaped_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -255,10 +281,42 @@ def reshaped_policy_loss(
     log_r = torch.where(m > 0, log_prob.detach() - old_log_prob.detach(), torch.zeros_like(m))  # (B, T)
     diag = weight_diagnostics(log_w, phi, adv_seq, m, token_log_ratio=log_r)
     ppo_kl = -log_r.sum() / m.sum().clamp(min=1)
-    names = ["actor/ppo_kl"] + [f"respo/{k}" for k in diag]
-    values = torch.stack([ppo_kl.to(torch.float64)] + [v.to(torch.float64) for v in diag.values()]).tolist()  # one sync
     metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
-    metrics.update({k: v for k, v in zip(names, values) if math.isfinite(v)})
+    metrics.update(_float_metrics({"actor/ppo_kl": ppo_kl, **{f"respo/{k}": v for k, v in diag.items()}}))
+    return pg_loss, metrics
+
+
+def m2po_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy loss for M2PO: agg(−M·r·Â), the core's ``corrections.m2po`` (see the module docstring).
+
+    ``rollout_is_weights`` fold into log w like the other respo losses (``rollout_is_level``); tokens
+    with weight 0 leave the selection and the loss (verl's normaliser still counts them).
+    Metrics: ``actor/ppo_kl`` and the core's correction diagnostics under ``respo/`` (``respo/corr/mask_frac``,
+    ``respo/corr/mask_frac/pos``, ``respo/corr/silenced_adv_share/pos``, ``respo/chi2_token``, ...).
+    """
+    policy_loss = getattr(config, "policy_loss", None)
+    tau = corrections.check_positive("m2po_tau", _get(policy_loss, "m2po_tau", M2PO_TAU), what="m2po")
+    log_rho, keep = fold_rollout_is_weights(rollout_is_weights, response_mask, _get(policy_loss, "rollout_is_level", "auto"))
+    m = keep.to(log_prob.dtype)  # (B, T)
+    corr = corrections.m2po(log_prob, old_log_prob.detach(), advantages.detach(), m, tau=tau, log_rho=log_rho)
+    batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    pg_loss = agg_loss(loss_mat=corr.values * m, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info)
+    n_tok = m.sum(dim=-1)  # (B,)
+    adv_seq = (advantages.detach() * m).sum(dim=-1) / n_tok.clamp(min=1)  # (B,)
+    log_w = corrections.token_log_weight(log_prob, old_log_prob, m, log_rho)  # (B, T)
+    diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
+    diag.update(corrections.chi2(log_w, m))
+    ppo_kl = -corrections.token_log_weight(log_prob, old_log_prob, m).sum() / m.sum().clamp(min=1)
+    metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
+    metrics.update(_float_metrics({"actor/ppo_kl": ppo_kl, **{f"respo/{k}": v for k, v in diag.items()}}))
     return pg_loss, metrics
 
 
@@ -275,11 +333,15 @@ REGISTERED: dict[str, str] = {}
 
 
 def register() -> dict[str, str]:
-    """Register every objective in ``OBJECTIVES`` with verl (idempotent); returns ``REGISTERED``."""
-    for objective in OBJECTIVES:
+    """Register every objective in ``OBJECTIVES`` and ``CORRECTIONS`` with verl (idempotent); returns ``REGISTERED``."""
+    for objective in OBJECTIVES + CORRECTIONS:
         name = verl_name(objective)
-        fn = functools.partial(reshaped_policy_loss, objective=objective)
-        functools.update_wrapper(fn, reshaped_policy_loss)
+        if objective in CORRECTIONS:
+            fn = functools.partial(m2po_policy_loss)
+            functools.update_wrapper(fn, m2po_policy_loss)
+        else:
+            fn = functools.partial(reshaped_policy_loss, objective=objective)
+            functools.update_wrapper(fn, reshaped_policy_loss)
         fn.__respo_objective__ = objective  # type: ignore[attr-defined]
         register_policy_loss(name)(fn)
         REGISTERED[objective] = name

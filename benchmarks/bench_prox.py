@@ -1,0 +1,106 @@
+"""What decoupled PPO's proximal log-probs cost in the trainer, side by side, as JSON lines.
+
+π_prox for an update is the policy at the start of that update. The trainer takes one optimizer step
+per mini-batch after every micro-batch's forward, so π_prox's log-probs are the training forward
+itself (``update_step`` hands them to the objective) and cost nothing. The alternative, a separate
+no-grad forward of the pre-update policy over the mini-batch where ``old_logp`` is recomputed
+(`recompute_logp`), is what this measures against:
+
+    reuse       update_step(decoupled)                          (the trainer's path)
+    recompute   recompute_logp(model, batch) + update_step(decoupled)
+
+Both sides are warmed up at full size, alternate in order, and each is the median of ``--repeats``
+timings (the model and optimizer are restored before every timed step). The line also records that
+the recomputed π_prox equals the training forward bitwise (so the extra forward buys nothing).
+
+    python benchmarks/bench_prox.py                       # tiny-dense, 8 prompts x 8, 128 new tokens
+    python benchmarks/bench_prox.py --prompts 4 --max-new-tokens 32 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+
+import torch
+
+from respo.runtime.models import build_policy
+from respo.runtime.tasks import get_task
+from respo.runtime.tokenizer import build_char_tokenizer
+from respo.train.config import TrainConfig, apply_overrides
+from respo.train.policy import Policy
+from respo.train.rollout import recompute_logp, sample_rollout
+from respo.train.update import forward_logprobs, make_optimizer, update_step
+
+
+def setup(args):
+    cfg = apply_overrides(TrainConfig(), dict(
+        task_kwargs={"digits": args.digits, "scratchpad": True}, warm_start=False, prompts=args.prompts,
+        group_size=args.group_size, max_new_tokens=args.max_new_tokens, eval_prompts=0, progress=False,
+        tensorboard=False, lr=1e-4, warmup=0, micro_batch=args.micro_batch, objective="decoupled"))  # fmt: skip
+    tok = build_char_tokenizer()
+    model = build_policy(args.preset, tok, seed=0)
+    task = get_task("addition", digits=args.digits, scratchpad=True)
+    pool = task.examples("train", 64, 0)
+    policy = Policy(model, tok, {})
+    batch, _ = sample_rollout(policy, task, pool, list(range(args.prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    batch.old_logp = recompute_logp(model, batch, cfg)
+    batch.adv = torch.randn(batch.mask.shape[0], generator=torch.Generator().manual_seed(1))
+    opt, sched = make_optimizer(model, cfg)
+    update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "reinforce"}))  # the batch is now stale
+    return cfg, model, batch
+
+
+def timed_step(side: str, cfg, model, batch) -> float:
+    m = copy.deepcopy(model)
+    opt, sched = make_optimizer(m, cfg)
+    start = time.perf_counter()
+    if side == "recompute":
+        recompute_logp(m, batch, cfg)  # the separate π_prox forward
+    update_step(m, opt, sched, batch, cfg)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny-dense")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--digits", type=int, default=21)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--micro-batch", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg, model, batch = setup(args)
+
+    # π_prox recomputed with the pre-update policy against the training forward the trainer uses
+    model.train()
+    with torch.no_grad():
+        forward, _ = forward_logprobs(model, batch.rows(0, batch.mask.shape[0]).trimmed(), cfg)
+    recomputed = recompute_logp(model, batch, cfg)[:, : forward.shape[1]]
+    same = bool(torch.equal(recomputed, forward.cpu() * batch.mask[:, : forward.shape[1]]))
+
+    sides = ("reuse", "recompute")
+    for side in sides:  # warm-up at full size
+        timed_step(side, cfg, model, batch)
+    times = {s: [] for s in sides}
+    for r in range(args.repeats):
+        for side in sides if r % 2 == 0 else sides[::-1]:  # alternating order
+            times[side].append(timed_step(side, cfg, model, batch))
+    med = {s: statistics.median(v) for s, v in times.items()}
+    print(json.dumps({
+        "bench": "prox_logp", "preset": args.preset, "sequences": int(batch.mask.shape[0]),
+        "tokens": int(batch.mask.sum()), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+        "reuse_s": round(med["reuse"], 4), "recompute_s": round(med["recompute"], 4),
+        "recompute_over_reuse": round(med["recompute"] / med["reuse"], 3),
+        "recomputed_equals_training_forward": same,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,432 @@
+"""Staleness corrections the RL frameworks ship: TIS, MIS, IcePop, M2PO, decoupled PPO and OPSM.
+
+Pure functions of tensors (torch only). Each correction turns the per-token log importance weight
+
+    log w_it = log π_θ(y_it) − log π_old(y_it)  [+ log ρ_it]        (π_old: the behaviour policy)
+
+into a per-token loss ℓ_it (with grad) and a detached gradient coefficient c_it, so that
+∇L = −agg[c_it · Â_it · ∇logp_it] as for every other objective. ``log ρ`` is the optional
+rollout-correction log weight π_old/π_rollout (training/inference mismatch); it is folded into
+log w, so w is the weight of the current policy against the policy that actually sampled.
+
+REINFORCE-shaped corrections (verl's ``bypass_mode`` with ``loss_type="reinforce"``: the stale
+policy is the only "old" policy and the correction is a detached coefficient on −Â·logp):
+
+    tis     ℓ = −sg(min(w, C))·Â·logp                       truncated IS, token or sequence level
+    mis     ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp                masked IS, token or sequence level
+    icepop  mis at token level with [lo, hi] = [0.5, 5]
+
+    token level:    w_it = exp(clamp(log w_it, ±20))
+    sequence level: w_i  = exp(clamp(Σ_t m_it log w_it, ±20)), the same for every token of row i
+
+Ratio-shaped corrections (the gradient flows through r = π_θ/π_·):
+
+    m2po       ℓ = −M_it·r_it·Â_it, r = exp(log w); M drops the tokens with the largest (log r)²
+               until the mean of (log r)² over the kept tokens of the batch is below τ
+    decoupled  ℓ = b_it·PPO(π_θ/π_prox), b = π_prox/π_old capped at C (masked or truncated)
+    opsm       ℓ = K_i·PPO(π_θ/π_old),  K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ, else 1
+
+    PPO(r) = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â), and min(·, −c·Â) for Â < 0 when a dual clip c is set.
+
+M2PO's selection is over the whole batch passed in, so it is NOT invariant to micro-batching:
+splitting a batch changes which tokens are masked (every other correction here decides per token
+or per sequence and is invariant given the global token/sequence counts).
+
+Diagnostics (``correction_diagnostics``), detached 0-d tensors, NaN for an empty set:
+
+    corr/trunc_frac, corr/trunc_frac/pos|neg           share of the correction's units (tokens for a
+                                                       token-level correction, sequences for a
+                                                       sequence-level one) whose weight the cap cut
+    corr/mask_frac, corr/mask_frac/pos|neg             share of units the correction silenced (c = 0)
+    corr/silenced_seqs/pos|neg                         share of rows of that advantage sign with every
+                                                       valid token silenced
+    corr/silenced_adv_share/pos|neg                    Σ|Â| over silenced tokens / Σ|Â| over all valid
+                                                       tokens of that sign: the share of the batch's
+                                                       positive (negative) learning signal removed
+
+``chi2`` gives χ² of the weights as verl logs them (every objective's metrics carry it):
+
+    chi2_token = mean_tokens(w_it²) − 1                χ² of the token weights (verl's ``chi2_token``)
+    chi2_seq   = mean_rows(W_i²) − 1                   χ² of the sequence weights (verl's ``chi2_seq``)
+
+Signs follow the sequence advantage Â_i (the masked token mean of Â_it). Truncation (TIS,
+decoupled ``truncate``) reduces a weight without silencing it; PPO clipping inside decoupled and
+OPSM is the base objective's, not the correction's, and is reported by the clip fractions.
+
+References:
+    TIS: Yao et al. (2025), "Your efficient RL framework secretly brings you off-policy RL training";
+        verl ``algorithm.rollout_correction`` (``rollout_is``, ``rollout_is_threshold`` = 2.0).
+    MIS: Liu et al. (2025), "When speed kills stability"; TRL ``vllm_importance_sampling_mode``
+        ``sequence_mask`` with ``vllm_importance_sampling_clip_max`` = 3.0 (its default).
+    IcePop: Ling Team (2025), Ring-1T, arXiv 2510.18855; verl ``bypass_pg_token_icepop`` (0.5, 5.0).
+    M2PO: Zheng et al. (2025), "Prosperity before collapse", arXiv 2510.01161; AReaL
+        ``actor.m2_threshold`` = 0.04.
+    Decoupled PPO: Hilton et al. (2022), "Batch size-invariance for policy optimization",
+        arXiv 2110.00641; Fu et al. (2025), AReaL, arXiv 2505.24298 (``use_decoupled_loss``,
+        ``behav_imp_weight_cap``).
+    OPSM: DeepSeek-AI (2025), DeepSeek-V3.2, arXiv 2512.02556, eq. 9; TRL ``off_policy_mask_threshold``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import torch
+
+LOG_W_CLAMP = 20.0  # as respo.core.ratios and verl's SAFETY_BOUND
+LEVELS = ("token", "sequence")
+CAP_MODES = ("mask", "truncate")
+
+Metrics = Dict[str, torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------------
+# Hyperparameter checks: one-line errors that name the value
+# --------------------------------------------------------------------------------------------------
+
+
+def _number(name: str, value, *, what: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: {name} must be a number, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: {name} must be a number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{what}: {name} must be finite, got {value!r}")
+    return x
+
+
+def check_level(level: str, *, what: str) -> str:
+    if level not in LEVELS:
+        raise ValueError(f"{what}: level must be one of {LEVELS}, got {level!r}")
+    return level
+
+
+def check_cap(cap, *, what: str, name: str = "cap") -> float:
+    cap = _number(name, cap, what=what)
+    if not cap > 0:
+        raise ValueError(f"{what}: {name} must be > 0, got {cap}")
+    return cap
+
+
+def check_band(lo, hi, *, what: str) -> Tuple[float, float]:
+    lo, hi = _number("lo", lo, what=what), _number("hi", hi, what=what)
+    if not (0 <= lo < hi):
+        raise ValueError(f"{what}: need 0 <= lo < hi, got lo={lo}, hi={hi}")
+    return lo, hi
+
+
+def check_positive(name: str, value, *, what: str, allow_zero: bool = False) -> float:
+    x = _number(name, value, what=what)
+    if x < 0 or (x == 0 and not allow_zero):
+        raise ValueError(f"{what}: {name} must be {'>=' if allow_zero else '>'} 0, got {x}")
+    return x
+
+
+def check_clip(low, high, c, *, what: str) -> Tuple[float, float, Optional[float]]:
+    low, high = _number("clip_ratio_low", low, what=what), _number("clip_ratio_high", high, what=what)
+    if not 0 <= low < 1:
+        raise ValueError(f"{what}: clip_ratio_low must be in [0, 1), got {low}")
+    if high < 0:
+        raise ValueError(f"{what}: clip_ratio_high must be >= 0, got {high}")
+    if c is not None:
+        c = _number("clip_ratio_c", c, what=what)
+        if not c > 1:
+            raise ValueError(f"{what}: clip_ratio_c must be > 1 (dual clip) or None, got {c}")
+    return low, high, c
+
+
+def check_cap_mode(cap_mode: str, *, what: str) -> str:
+    if cap_mode not in CAP_MODES:
+        raise ValueError(f"{what}: cap_mode must be one of {CAP_MODES}, got {cap_mode!r}")
+    return cap_mode
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights, masks and the PPO clip
+# --------------------------------------------------------------------------------------------------
+
+
+def _valid(mask: torch.Tensor) -> torch.Tensor:
+    return mask > 0
+
+
+def token_log_weight(
+    logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, log_rho: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """Detached log w_it = logp − old_logp (+ log ρ), 0 off the mask, (B, T) (not clamped)."""
+    log_w = logp.detach() - old_logp.detach()
+    if log_rho is not None:
+        log_w = log_w + log_rho.detach()
+    return torch.where(_valid(mask), log_w, torch.zeros((), dtype=log_w.dtype, device=log_w.device))
+
+
+def level_log_weight(log_w: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """The log weight a correction acts on, clamped to ±20, (B, T).
+
+        token:    clamp(log w_it)
+        sequence: clamp(Σ_t m_it log w_it), broadcast over the row
+    """
+    if level == "token":
+        return log_w.clamp(-LOG_W_CLAMP, LOG_W_CLAMP)
+    seq = (log_w * mask).sum(dim=-1, keepdim=True).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)  # (B, 1)
+    return seq.expand_as(log_w)
+
+
+def truncated_weight(log_w: torch.Tensor, cap: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """TIS weight min(w, C) and where the cap cut (w > C), both (B, T), from a clamped log w."""
+    w = torch.exp(log_w)
+    return w.clamp(max=cap), w > cap
+
+
+def masked_weight(log_w: torch.Tensor, lo: float, hi: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """MIS weight w·1[lo ≤ w ≤ hi] and the rejected positions (w outside [lo, hi]), both (B, T)."""
+    w = torch.exp(log_w)
+    out = (w < lo) | (w > hi)
+    return torch.where(out, torch.zeros_like(w), w), out
+
+
+def m2po_keep(log_w: torch.Tensor, mask: torch.Tensor, tau: float) -> torch.Tensor:
+    """M2PO's second-moment mask M over the valid tokens of the whole batch, (B, T) bool.
+
+    Sort the valid tokens by v = (log w)² in descending order, v_(1) ≥ … ≥ v_(n). The mean of the
+    n − k smallest, A_k = (1/(n−k)) Σ_{j>k} v_(j), does not increase with k; drop the k* largest with
+    k* = the first k such that A_k < τ (AReaL's ``_get_m2po_loss_mask``), and keep at least one
+    token (k* ≤ n − 1). Ties are broken by the sort order.
+    """
+    valid = _valid(mask)  # (B, T)
+    v = torch.where(valid, log_w.detach().square(), torch.full_like(log_w, -1.0)).flatten()  # invalid sort last
+    n = valid.sum()
+    order = torch.argsort(v, descending=True, stable=True)  # (B*T,)
+    v_sorted = torch.where(v[order] < 0, torch.zeros_like(v), v[order])
+    suffix = v_sorted.flip(0).cumsum(0).flip(0)  # Σ_{j ≥ i} over sorted positions (invalid add 0)
+    pos = torch.arange(v.numel(), device=v.device)
+    count = (n - pos).clamp(min=1).to(v.dtype)  # valid tokens from position i on
+    avg = suffix / count  # (B*T,), meaningful for i < n
+    below = (avg < tau) & (pos < n)
+    first = torch.where(below, pos, torch.full_like(pos, v.numel())).min()  # first i with A_i < τ
+    k = torch.where(below.any(), first, (n - 1).clamp(min=0))  # tokens to drop
+    keep_sorted = pos >= k
+    keep = torch.empty_like(keep_sorted)
+    keep[order] = keep_sorted
+    return keep.view_as(valid) & valid
+
+
+def opsm_keep(log_w: torch.Tensor, seq_adv: torch.Tensor, mask: torch.Tensor, delta: float) -> torch.Tensor:
+    """OPSM's sequence mask K_i, (B,) bool: drop Â_i < 0 with KL_i = mean_t(−log w_it) > δ.
+
+    KL_i = (1/T_i) Σ_t m_it (log π_old − log π_θ) is the k1 estimate of KL(π_old ‖ π_θ) per token
+    (DeepSeek-V3.2 eq. 9; TRL ``get_off_policy_mask``, which keeps Â ≥ 0 or KL ≤ δ).
+    """
+    n_tok = mask.sum(dim=-1).clamp(min=1)  # (B,)
+    kl = -(log_w.detach() * mask).sum(dim=-1) / n_tok  # (B,)
+    return (seq_adv >= 0) | (kl <= delta)
+
+
+def ppo_clip(
+    adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float, c: Optional[float] = None
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped per-token loss, with verl's dual clip for Â < 0 when ``c`` is set.
+
+        ℓ = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â);  Â < 0 and c: ℓ = min(ℓ, −c·Â)
+
+    Returns:
+      (ℓ (B, T) with grad, active (B, T) bool where the gradient −Â·∇r flows, clipped (B, T) bool
+      where verl's ``pg_clipfrac`` counts a clip: −Â·clip(r) > −Â·r).
+    """
+    l1 = -adv * ratio
+    l2 = -adv * ratio.clamp(1 - low, 1 + high)
+    loss = torch.maximum(l1, l2)
+    r = ratio.detach()
+    cut = ((adv > 0) & (r > 1 + high)) | ((adv < 0) & (r < 1 - low))
+    if c is not None:
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * c), loss)
+        cut = cut | ((adv < 0) & (r > c))
+    return loss, ~cut, l2.detach() > l1.detach()
+
+
+# --------------------------------------------------------------------------------------------------
+# The corrections: per-token loss, detached coefficient and what the correction cut
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One correction applied to a batch.
+
+    values: (B, T) per-token loss ℓ_it with grad (aggregate it with ``agg_loss``).
+    coef: (B, T) detached gradient coefficient c_it of ∇L = −agg[c·Â·∇logp].
+    truncated: (B, T) bool, tokens whose weight a cap reduced (not silenced).
+    silenced: (B, T) bool, valid tokens whose coefficient the correction set to 0.
+    level: ``token`` or ``sequence``: the unit the correction decides on (for the fractions).
+    metrics: extra detached metrics (clip fractions of the base objective).
+    """
+
+    values: torch.Tensor
+    coef: torch.Tensor
+    truncated: torch.Tensor
+    silenced: torch.Tensor
+    level: str
+    metrics: Metrics
+
+
+def _nothing(like: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(like, dtype=torch.bool)
+
+
+def tis(logp, old_logp, adv, mask, *, level: str = "sequence", cap: float = 2.0, log_rho=None) -> Correction:
+    """TIS: ℓ = −sg(min(w, C))·Â·logp (token or sequence w; see the module docstring)."""
+    log_w = level_log_weight(token_log_weight(logp, old_logp, mask, log_rho), mask, level)
+    coef, cut = truncated_weight(log_w, cap)
+    valid = _valid(mask)
+    return Correction(-(coef * adv) * logp, coef, cut & valid, _nothing(cut), level, {})
+
+
+def mis(logp, old_logp, adv, mask, *, level: str = "sequence", lo: float = 0.0, hi: float = 3.0, log_rho=None) -> Correction:
+    """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp (token or sequence w)."""
+    log_w = level_log_weight(token_log_weight(logp, old_logp, mask, log_rho), mask, level)
+    coef, out = masked_weight(log_w, lo, hi)
+    valid = _valid(mask)
+    return Correction(-(coef * adv) * logp, coef, _nothing(out), out & valid, level, {})
+
+
+def icepop(logp, old_logp, adv, mask, *, lo: float = 0.5, hi: float = 5.0, log_rho=None) -> Correction:
+    """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp, [α, β] = [0.5, 5]."""
+    return mis(logp, old_logp, adv, mask, level="token", lo=lo, hi=hi, log_rho=log_rho)
+
+
+def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None) -> Correction:
+    """M2PO: ℓ = −M·r·Â with r = exp(clamp(log w)) (gradient through r) and M = ``m2po_keep``."""
+    log_w = token_log_weight(logp, old_logp, mask, log_rho)  # (B, T) detached
+    keep = m2po_keep(log_w, mask, tau)  # (B, T)
+    log_r = logp - old_logp.detach() if log_rho is None else logp - old_logp.detach() + log_rho.detach()
+    ratio = torch.exp(log_r.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
+    k = keep.to(ratio.dtype)
+    valid = _valid(mask)
+    return Correction(-(k * adv) * ratio, k * ratio.detach(), _nothing(keep), valid & ~keep, "token", {})
+
+
+def _clip_metrics(active: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor) -> Metrics:
+    m = mask.to(torch.float64 if mask.dtype == torch.float64 else torch.float32)
+    n = m.sum().clamp(min=1)
+    return {"clipfrac": (clipped.to(m.dtype) * m).sum() / n, "clip_inactive_frac": ((~active).to(m.dtype) * m).sum() / n}
+
+
+def decoupled(
+    logp, old_logp, adv, mask, *, prox_logp=None, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
+    clip_ratio_c: Optional[float] = None, cap: float = 5.0, cap_mode: str = "mask", log_rho=None,
+) -> Correction:
+    """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old (× ρ) masked (b > C → 0) or truncated (min(b, C)).
+
+    ``prox_logp`` None means π_prox is the current policy at this evaluation (logp detached): the case
+    of one optimizer step per batch, where r = 1 and ∇L = −agg[b·Â·∇logp].
+    """
+    prox = logp.detach() if prox_logp is None else prox_logp.detach()
+    log_b = token_log_weight(prox, old_logp, mask, log_rho).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)  # (B, T)
+    if cap_mode == "mask":
+        b, silenced = masked_weight(log_b, 0.0, cap)
+        truncated = _nothing(silenced)
+    else:
+        b, truncated = truncated_weight(log_b, cap)
+        silenced = _nothing(truncated)
+    ratio = torch.exp((logp - prox).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
+    loss, active, clipped = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+    valid = _valid(mask)
+    coef = b * ratio.detach() * active.to(b.dtype)
+    return Correction(b * loss, coef, truncated & valid, silenced & valid, "token", _clip_metrics(active, clipped, mask))
+
+
+def opsm(
+    logp, old_logp, adv, seq_adv, mask, *, delta: float = 0.5, clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2, clip_ratio_c: Optional[float] = None, log_rho=None,
+) -> Correction:
+    """OPSM: ℓ = K_i·ρ·PPO(π_θ/π_old) with K from ``opsm_keep`` on log w = log π_θ − log π_old (+ log ρ)."""
+    log_w = token_log_weight(logp, old_logp, mask, log_rho)
+    keep = opsm_keep(log_w, seq_adv, mask, delta).unsqueeze(-1)  # (B, 1)
+    ratio = torch.exp((logp - old_logp).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
+    loss, active, clipped = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+    rho = 1.0 if log_rho is None else torch.exp(log_rho.detach().clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
+    k = keep.to(ratio.dtype) * rho
+    valid = _valid(mask)
+    coef = k * ratio.detach() * active.to(ratio.dtype)
+    silenced = (~keep).expand_as(valid) & valid
+    return Correction(k * loss, coef, _nothing(valid), silenced, "sequence", _clip_metrics(active, clipped, mask))
+
+
+# --------------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------------
+
+
+def _nan(like: torch.Tensor) -> torch.Tensor:
+    return torch.full((), math.nan, dtype=like.dtype, device=like.device)
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    return torch.where(den > 0, num / den.clamp(min=1e-38), _nan(num))
+
+
+def chi2(log_w: torch.Tensor, mask: torch.Tensor) -> Metrics:
+    """χ² of the importance weights, as verl's ``compute_offpolicy_metrics`` logs them.
+
+        chi2_token = Σ_it m·w_it² / Σ m − 1,     w_it = exp(clamp(log w_it, ±20))
+        chi2_seq   = mean over non-empty rows of W_i² − 1,   W_i = exp(clamp(Σ_t m log w_it, ±20))
+    """
+    log_w = log_w.detach()
+    m = mask.to(log_w.dtype)
+    valid = m > 0
+    zero = torch.zeros((), dtype=log_w.dtype, device=log_w.device)
+    w2 = torch.exp(2 * log_w.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
+    chi_tok = _ratio(torch.where(valid, w2, zero).sum(), m.sum()) - 1
+    rows = m.sum(dim=-1) > 0
+    seq = torch.exp(2 * (log_w * m).sum(dim=-1).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B,)
+    chi_seq = _ratio(torch.where(rows, seq, zero).sum(), rows.to(log_w.dtype).sum()) - 1
+    return {"chi2_token": chi_tok, "chi2_seq": chi_seq}
+
+
+def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Tensor, seq_adv: torch.Tensor,
+                           mask: torch.Tensor) -> Metrics:
+    """The fractions a correction truncated and silenced per advantage sign and the share of each sign's
+    learning signal it silenced (keys in the module docstring; ``chi2`` gives χ² of W).
+
+    Args:
+      corr: the ``Correction``.
+      log_w: (B, T) log w = logp − old_logp (+ log ρ), detached.
+      adv: (B, 1) or (B, T) advantages; seq_adv: (B,) the row's advantage (its sign splits pos/neg).
+      mask: (B, T) 0/1.
+    """
+    dtype = log_w.dtype
+    m = mask.to(dtype)
+    valid = m > 0
+    rows = valid.any(dim=-1)  # (B,)
+    zero = torch.zeros((), dtype=dtype, device=m.device)
+    out: Metrics = {}
+    signs = {"": rows, "/pos": rows & (seq_adv > 0), "/neg": rows & (seq_adv < 0)}
+    for key, cut in (("trunc_frac", corr.truncated), ("mask_frac", corr.silenced)):
+        for suffix, sel in signs.items():
+            if corr.level == "sequence":  # one decision per row
+                hit = (cut & valid).any(dim=-1) & sel
+                out[f"corr/{key}{suffix}"] = _ratio(hit.to(dtype).sum(), sel.to(dtype).sum())
+            else:
+                tok = valid & sel.unsqueeze(-1)
+                out[f"corr/{key}{suffix}"] = _ratio((cut & tok).to(dtype).sum(), tok.to(dtype).sum())
+    a = adv.detach().to(dtype).abs().expand_as(m)
+    for suffix in ("/pos", "/neg"):
+        sel = signs[suffix]
+        tok = valid & sel.unsqueeze(-1)
+        all_silenced = ((corr.silenced | ~valid).all(dim=-1)) & sel
+        out[f"corr/silenced_seqs{suffix}"] = _ratio(all_silenced.to(dtype).sum(), sel.to(dtype).sum())
+        signal = torch.where(tok, a, zero).sum()
+        out[f"corr/silenced_adv_share{suffix}"] = _ratio(torch.where(tok & corr.silenced, a, zero).sum(), signal)
+    out.update({k: v.detach() for k, v in corr.metrics.items()})
+    return out
+
+
+__all__ = [
+    "CAP_MODES", "Correction", "LEVELS", "chi2", "correction_diagnostics", "decoupled", "icepop", "level_log_weight",
+    "m2po", "m2po_keep", "masked_weight", "mis", "opsm", "opsm_keep", "ppo_clip", "tis", "token_log_weight",
+    "truncated_weight",
+]  # fmt: skip
