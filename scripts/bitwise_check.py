@@ -16,7 +16,7 @@ The first form runs, each through the ``respo train`` command of the checkout th
 Every run starts from the randomly initialised tiny preset (no warm start) on addition with the
 overlong penalty (so a random policy gets non-zero group advantages), a few updates each. For each
 run it records the SHA-256 of its ``metrics.jsonl`` records (every record, with the wall-clock fields
-``time/*`` removed, written back as sorted-key JSON lines) and of its final weights (every tensor of
+``time/*`` removed, and those starting with a ``--drop-metrics`` prefix, written back as sorted-key JSON lines) and of its final weights (every tensor of
 ``final/model.safetensors``, by name, as raw bytes with dtype and shape), and writes them as JSON to
 ``--out``. Run it at two commits and ``--compare`` the two files: the exit status is 0 only when
 every run's two hashes are identical.
@@ -81,10 +81,11 @@ def _run(name: str, out_dir: Path) -> None:
                    cwd=ROOT)
 
 
-def _metrics_hash(path: Path) -> tuple[str, int]:
+def _metrics_hash(path: Path, drop: tuple[str, ...] = ()) -> tuple[str, int]:
+    skip = ("time/",) + tuple(drop)
     lines = []
     for line in path.read_text().splitlines():
-        rec = {k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+        rec = {k: v for k, v in json.loads(line).items() if not k.startswith(skip)}
         lines.append(json.dumps(rec, sort_keys=True))
     return hashlib.sha256("\n".join(lines).encode()).hexdigest(), len(lines)
 
@@ -100,14 +101,14 @@ def _weights_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def fingerprint(work: Path, names: list[str]) -> dict:
+def fingerprint(work: Path, names: list[str], drop: tuple[str, ...] = ()) -> dict:
     out = {}
     for name in names:
         run_dir = work / name
         shutil.rmtree(run_dir, ignore_errors=True)
         t0 = time.perf_counter()
         _run(name, run_dir)
-        metrics, n = _metrics_hash(run_dir / "metrics.jsonl")
+        metrics, n = _metrics_hash(run_dir / "metrics.jsonl", drop)
         out[name] = {"metrics_sha256": metrics, "records": n,
                      "weights_sha256": _weights_hash(run_dir / "final" / "model.safetensors")}
         print(f"{name}: {n} records, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
@@ -130,13 +131,16 @@ def main() -> int:
     p.add_argument("--work", type=Path, help="directory for the run directories (each is replaced)")
     p.add_argument("--out", type=Path, help="JSON file of the hashes")
     p.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS), help="a subset of the runs")
+    p.add_argument("--drop-metrics", nargs="*", default=[], metavar="PREFIX",
+                   help="also leave out metric keys starting with PREFIX (metrics added since the old commit, e.g. "
+                        "chi2_ corr/), so the old numbers are compared with the same numbers of the new commit")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two JSON files")
     args = p.parse_args()
     if args.compare:
         return compare(*args.compare)
     if args.work is None or args.out is None:
         p.error("--work and --out are required unless --compare is given")
-    result = fingerprint(args.work, args.runs)
+    result = fingerprint(args.work, args.runs, tuple(args.drop_metrics))
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return 0
 
