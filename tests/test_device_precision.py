@@ -148,8 +148,9 @@ def test_settings_are_checked():
 def test_cuda_without_cuda_is_one_readable_error():
     with pytest.raises(ConfigError) as err:
         validate(_cfg(device="cuda"))
-    problems = str(err.value).splitlines()[1:]
-    assert len(problems) == 1 and "no CUDA device" in problems[0]
+    # one problem is one line: "1 problem in the training config: device 'cuda' asks for CUDA but ..."
+    lines = str(err.value).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("1 problem in the training config:") and "no CUDA device" in lines[0]
 
 
 @pytest.mark.slow
