@@ -88,3 +88,15 @@ def chat_task(task: Task, tokenizer, mode: str = "auto") -> Task:
     """``ChatTask(task, tokenizer)`` when prompts are to be chat-rendered (``prompt_rendering``), else ``task``
     itself (with ``rendering = "raw"`` readable through ``getattr(task, "rendering", "raw")``)."""
     return ChatTask(task, tokenizer) if prompt_rendering(tokenizer, mode) == "chat" else task
+
+
+def render_for(tokenizer, mode: str, task: Task, *example_lists: list[Example]) -> tuple:
+    """``(task', *lists')``: the task and example lists a run uses with ``tokenizer`` under prompt format ``mode``.
+
+    With chat rendering every example's prompt goes through the template (``ChatTask.wrap``); with raw
+    prompts the very same objects come back (the character-tokenizer path is untouched).
+    """
+    wrapped = chat_task(task, tokenizer, mode)
+    if wrapped is task:
+        return (task, *example_lists)
+    return (wrapped, *[[wrapped.wrap(ex) for ex in exs] for exs in example_lists])

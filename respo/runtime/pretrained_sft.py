@@ -47,7 +47,8 @@ from .sft import INFO_FILE, PASS_BAND, encode_pairs, sft_loss
 from .tasks import get_task, load_task, score_batch, task_defaults
 from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 
-__all__ = ["PretrainedSFTConfig", "warm_start_pretrained", "load_pretrained", "evaluate_sampled", "DEFAULT_REAL_TASK"]
+__all__ = ["PretrainedSFTConfig", "warm_start_pretrained", "load_pretrained", "load_packaged_policy", "evaluate_sampled",
+           "DEFAULT_REAL_TASK"]
 
 DEFAULT_REAL_TASK = "worded_addition"
 
@@ -64,10 +65,10 @@ class PretrainedSFTConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 5
     batch_size: int = 8
-    max_steps: int = 200
+    max_steps: int = 60
     max_seconds: float | None = None
     target_pass: float = 0.35
-    eval_every: int = 10
+    eval_every: int = 8
     eval_prompts: int = 16
     eval_n: int = 64
     max_new_tokens: int | None = None  # None: the longest demonstration + 16
@@ -252,3 +253,20 @@ def main(argv: list[str] | None = None) -> Path:
 
 if __name__ == "__main__":
     main()
+
+
+def load_packaged_policy(name: str, task_spec: str, task_kwargs: dict, cache_dir: str | Path, *,
+                         warm_start: bool = True, sft_kwargs: dict | None = None, verbose: bool = True):
+    """``(model, tokenizer, info)`` for packaged model ``name``: its cached warm start on the task (built first if
+    needed) or, with ``warm_start=False``, the converted checkpoint as shipped."""
+    from .packaged import resolve_packaged
+
+    if warm_start:
+        path = warm_start_pretrained(name, task_spec, cache_dir, task_kwargs=task_kwargs, verbose=verbose,
+                                     **(sft_kwargs or {}))
+        model, tokenizer = load_pretrained(path)
+        info = json.loads((path / INFO_FILE).read_text())
+        return model, tokenizer, {"source": "warm_start", "packaged": name, "path": str(path), **info}
+    path = resolve_packaged(name, cache_dir, verbose=verbose)
+    model, tokenizer = load_pretrained(path)
+    return model, tokenizer, {"source": "packaged", "packaged": name, "path": str(path)}

@@ -24,7 +24,7 @@ Specs accepted by ``get_task``:
 - ``reasoning_gym:<name>`` (kwargs passed to ``reasoning_gym.create_dataset``): the package's
   procedural datasets, scored by the dataset's own ``score_answer`` (a score >= ``threshold``,
   default 1.0, is correct). An ``<answer>...</answer>`` span is extracted when present.
-- ``worded_addition`` (kwargs ``digits=3``): "What is 347 + 586?" -> a column-by-column solution in
+- ``worded_addition`` (kwargs ``digits=2``): "What is 347 + 586?" -> a column-by-column solution in
   words, in several phrasings, ending in "Answer: 933" (for pretrained instruct models; graded on the
   extracted final answer).
 - ``math:<path>``: verl/DAPO-format rows in a local JSONL or parquet file (or a directory

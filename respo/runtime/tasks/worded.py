@@ -12,8 +12,8 @@
 The question, the opening, every column line and the closing are each drawn from several phrasings
 (chosen by a hash of the prompt, so an example's demonstration is fixed but the set of
 demonstrations varies in wording): a warm start on them keeps the variety of natural language
-instead of one rigid template. With the SmolLM2 tokenizer (one token per digit) a 3-digit
-solution is about 90 tokens.
+instead of one rigid template. With the SmolLM2 tokenizer (one token per digit) a solution is
+70-120 tokens at 2 digits (the default; mean 96) and 90-165 at 3.
 
 Grading reads the final answer only (``respo.runtime.answers``: the last "Answer:" line, else the
 last ``\\boxed{}``), whatever the reasoning says.
@@ -22,9 +22,10 @@ last ``\\boxed{}``), whatever the reasoning says.
 from __future__ import annotations
 
 import random
+import re
 
 from ..answers import answers_match, extract_answer
-from .base import Example, ProceduralTask, stable_hash
+from .base import Example, ProceduralTask, hash_split, stable_hash
 
 __all__ = ["WordedAdditionTask"]
 
@@ -86,11 +87,17 @@ class WordedAdditionTask(ProceduralTask):
 
     answer_format = "Think step by step, then give the final answer on the last line in the form \"Answer: <number>\"."
 
-    def __init__(self, digits: int = 3):
+    def __init__(self, digits: int = 2):
         if not isinstance(digits, int) or isinstance(digits, bool) or not 1 <= digits <= MAX_WORDED_DIGITS:
             raise ValueError(f"worded_addition: digits must be an int in [1, {MAX_WORDED_DIGITS}], got {digits!r}")
         self.digits = digits
         self.name = f"worded_addition(digits={digits})"
+
+    def split_of(self, prompt: str) -> str:
+        """The split of the *problem* {a, b}, whatever the phrasing of its question: "Add 347 and 586." and
+        "What is 586 + 347?" are one problem and always share a split."""
+        numbers = sorted(int(n) for n in re.findall(r"\d+", prompt))
+        return hash_split(f"worded_addition|{numbers}", self.test_fraction)
 
     def draw(self, rng: random.Random) -> Example:
         lo, hi = 10 ** (self.digits - 1), 10**self.digits - 1
