@@ -6,6 +6,7 @@ import torch
 from respo.runtime import logprobs
 from respo.runtime.logprobs import token_logprobs
 from respo.runtime.models import build_policy
+from respo.runtime.precision import mixed_precision
 from respo.runtime.sampler import left_pad
 from respo.runtime.tokenizer import build_char_tokenizer
 
@@ -51,3 +52,21 @@ def test_chunked_without_grad_matches_too(batch, monkeypatch):
         out, ent = token_logprobs(model, ids, mask, 5)
     assert ent is None
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+
+
+def test_chunked_under_bfloat16_autocast_with_backward_outside_the_context(batch, monkeypatch):
+    """As the trainer does: forward in ``mixed_precision("bfloat16")``, backward after leaving it. The checkpointed
+    chunks are recomputed outside the context and must give the forward's float32 logits."""
+    model, ids, mask = batch
+    V = model.get_output_embeddings().weight.shape[0]
+    out = {}
+    for name, budget in (("whole", 1 << 30), ("chunked", 4 * V)):
+        monkeypatch.setattr(logprobs, "LOGITS_BUDGET", budget)
+        model.zero_grad(set_to_none=True)
+        with mixed_precision(model, "bfloat16"):
+            logp, _ = token_logprobs(model, ids, mask, 5)
+        assert logp.dtype == torch.float32
+        logp.sum().backward()
+        out[name] = (logp.detach(), model.get_output_embeddings().weight.grad.clone())
+    torch.testing.assert_close(out["chunked"][0], out["whole"][0], rtol=0, atol=1e-4)
+    torch.testing.assert_close(out["chunked"][1], out["whole"][1], rtol=1e-3, atol=1e-3)

@@ -126,8 +126,17 @@ def _chunkable(model: torch.nn.Module) -> bool:
 
 def _head_logprobs(head: torch.nn.Module, h: torch.Tensor, tokens: torch.Tensor, temperature: float,
                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """logp and entropy of one chunk: h (n, D) hidden states, tokens (n,) long."""
-    logits = head(h)  # (n, V)
+    """logp and entropy of one chunk: h (n, D) hidden states, tokens (n,) long.
+
+    Under autocast (``respo.runtime.precision.mixed_precision``) the output layer runs in float32 with
+    autocast off, here explicitly: the checkpoint's recomputation in the backward runs outside the
+    context whose hooks do that in the forward, and must give the same float32 logits.
+    """
+    if torch.is_autocast_enabled(h.device.type):
+        with torch.autocast(h.device.type, enabled=False):
+            logits = head(h.float())  # (n, V) float32
+    else:
+        logits = head(h)  # (n, V)
     if temperature != 1.0:
         logits = logits / temperature
     logp, entropy = logprobs_from_logits(logits, tokens, with_entropy=with_entropy)
