@@ -51,7 +51,7 @@ def test_addition_response_length(digits, length):
 
 @pytest.mark.parametrize(
     "spec,kwargs",
-    [("addition", {"digits": 2}), ("countdown", {}), ("reasoning_gym:basic_arithmetic", {})],
+    [("addition", {"digits": 2}), ("countdown", {}), ("reasoning_gym:basic_arithmetic", {}), ("worded_addition", {})],
 )
 def test_splits_deterministic_and_disjoint(spec, kwargs):
     task = get_task(spec, **kwargs)

@@ -12,11 +12,22 @@ sampler. For response token t (column P + t) the log-prob comes from the logits 
 P + t - 1:
 
     logp[b, t] = log_softmax(logits[b, P + t - 1] / temperature)[input_ids[b, P + t]]
+
+Large vocabularies: the float32 logits of a whole batch (B × T × V; 16 × 192 × 49,152 is 600 MB,
+and autograd keeps them for the backward) are never materialised when they would exceed
+``LOGITS_BUDGET`` elements. The decoder runs once; the output layer, log-softmax, gather and entropy
+then run over chunks of at most ``LOGITS_BUDGET // V`` response positions, each under activation
+checkpointing (its logits are recomputed in the backward instead of kept), so peak logits memory is
+one chunk. Below the budget (every character-level preset) the one-forward path runs, unchanged.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
+
+#: Most logits (elements) materialised at once; above it the output layer runs in chunks (64 MiB float32).
+LOGITS_BUDGET = 1 << 24
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -89,6 +100,9 @@ def token_logprobs(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     T = L - response_start
+    V = model.get_output_embeddings().weight.shape[0]
+    if input_ids.shape[0] * (T + 1) * V > LOGITS_BUDGET and _chunkable(model):
+        return _chunked_token_logprobs(model, input_ids, attention_mask, response_start, temperature, with_entropy)
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -100,3 +114,54 @@ def token_logprobs(
     if temperature != 1.0:
         logits = logits / temperature
     return logprobs_from_logits(logits, input_ids[:, response_start:], with_entropy=with_entropy)
+
+
+def _chunkable(model: torch.nn.Module) -> bool:
+    """The model splits into a decoder (``base_model_prefix``) and an output layer with nothing in between."""
+    config = getattr(model, "config", None)
+    prefix = getattr(model, "base_model_prefix", "")
+    return (config is not None and bool(prefix) and hasattr(model, prefix)
+            and not getattr(config, "final_logit_softcapping", None))
+
+
+def _head_logprobs(head: torch.nn.Module, h: torch.Tensor, tokens: torch.Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """logp and entropy of one chunk: h (n, D) hidden states, tokens (n,) long.
+
+    Under autocast (``respo.runtime.precision.mixed_precision``) the output layer runs in float32 with
+    autocast off, here explicitly: the checkpoint's recomputation in the backward runs outside the
+    context whose hooks do that in the forward, and must give the same float32 logits.
+    """
+    if torch.is_autocast_enabled(h.device.type):
+        with torch.autocast(h.device.type, enabled=False):
+            logits = head(h.float())  # (n, V) float32
+    else:
+        logits = head(h)  # (n, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp, entropy = logprobs_from_logits(logits, tokens, with_entropy=with_entropy)
+    return logp, entropy if entropy is not None else torch.zeros_like(logp)
+
+
+def _chunked_token_logprobs(model, input_ids, attention_mask, response_start, temperature, with_entropy):
+    """``token_logprobs`` with the output layer over chunks of positions, each checkpointed."""
+    hidden = getattr(model, model.base_model_prefix)(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    ).last_hidden_state  # (B, L, D)
+    B, D = input_ids.shape[0], hidden.shape[-1]
+    head = model.get_output_embeddings()
+    h = hidden[:, response_start - 1 : -1].reshape(-1, D)  # (B*T, D): column P+t-1 predicts token P+t
+    tokens = input_ids[:, response_start:].reshape(-1)  # (B*T,)
+    step = max(1, LOGITS_BUDGET // head.weight.shape[0])
+    logps, entropies = [], []
+    for i in range(0, h.shape[0], step):
+        args = (head, h[i : i + step], tokens[i : i + step], temperature, with_entropy)
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(_head_logprobs, *args, use_reentrant=False)
+        else:
+            lp, ent = _head_logprobs(*args)
+        logps.append(lp)
+        entropies.append(ent)
+    logp = torch.cat(logps).view(B, -1)  # (B, T)
+    return logp, torch.cat(entropies).view(B, -1) if with_entropy else None

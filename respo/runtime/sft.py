@@ -367,6 +367,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--task", default=DEFAULT_TASK, help=f"task spec: {task_help()} (default: addition)")
     add_task_kwargs_arguments(ap, f"{TASK_KWARGS_HELP} (default for addition: digits=5, scratchpad=true)")
     ap.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
+    ap.add_argument("--model", default=None,
+                    help="a packaged pretrained model (smollm2-135m-instruct) or a model directory to warm-start "
+                         "instead of a preset: SFT through its chat template (respo.runtime.pretrained_sft)")
     ap.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
                     help=f"directory of cached warm starts, one per settings hash (default: {DEFAULT_CACHE_DIR}, "
                          "where respo train looks)")
@@ -397,6 +400,8 @@ def run_from_args(args: argparse.Namespace) -> WarmStart:
     problem = device_problem(args.device)
     if problem:
         raise SFTSettingsError(problem)
+    if args.model:
+        return _run_pretrained(args, overrides)
     ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=args.task_kwargs,
                     force=args.force, verbose=True, device=args.device, **overrides)
     print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
@@ -406,9 +411,27 @@ def run_from_args(args: argparse.Namespace) -> WarmStart:
     return ws
 
 
+def _run_pretrained(args: argparse.Namespace, overrides: dict) -> Path:
+    """``respo sft --model NAME``: the pretrained warm start (``respo.runtime.pretrained_sft``) with the given flags."""
+    from .pretrained_sft import PretrainedSFTConfig, warm_start_pretrained
+
+    unknown = sorted(set(overrides) - set(PretrainedSFTConfig.__dataclass_fields__))
+    if unknown:
+        raise SFTSettingsError(f"--model {args.model}: the pretrained warm start has no setting(s) "
+                               f"{', '.join('--' + u.replace('_', '-') for u in unknown)}")
+    if args.device not in ("cpu", "auto"):
+        raise SFTSettingsError(f"--model {args.model}: the pretrained warm start runs on the CPU only, got --device {args.device}")
+    path = warm_start_pretrained(args.model, args.task, args.cache_dir, task_kwargs=args.task_kwargs, force=args.force,
+                                 seed=args.seed, **overrides)
+    info = json.loads((path / INFO_FILE).read_text())
+    print(json.dumps({"path": str(path), **{k: info[k] for k in ("pass_rate", "mean_response_tokens", "steps",
+                                                               "stopped_by", "train_seconds")}}))
+    return path
+
+
 def register(subparsers) -> None:
     """Add ``respo sft`` to the ``respo`` CLI (list this module in ``respo.cli.EXTENSIONS``)."""
-    p = subparsers.add_parser("sft", help="warm-start a preset on task demonstrations (cached)",
+    p = subparsers.add_parser("sft", help="warm-start a preset or a packaged model on task demonstrations (cached)",
                               description=__doc__.splitlines()[0])
     add_arguments(p)
     p.set_defaults(func=lambda args: (run_from_args(args), 0)[1])

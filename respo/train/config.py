@@ -48,14 +48,15 @@ class TrainConfig:
     # --- task and policy ---
     task: str = field(default="addition", metadata={"help": "task spec for respo.runtime.tasks.get_task, e.g. addition, countdown, reasoning_gym:NAME, math:FILE"})
     task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}; or one at a time, --task-kwarg digits=3"})
-    model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe) or a local Hugging Face model directory"})
-    warm_start: bool = field(default=True, metadata={"help": "presets only: start from the cached SFT warm start (respo.runtime.sft) instead of random weights"})
+    model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe), a packaged pretrained model (smollm2-135m-instruct) or a local Hugging Face model directory"})
+    warm_start: bool = field(default=True, metadata={"help": "presets and packaged models: start from the cached SFT warm start (respo.runtime.sft, respo.runtime.pretrained_sft) instead of random / shipped weights"})
     sft_kwargs: dict = field(default_factory=dict, metadata={"help": "presets only: warm-start SFT settings (respo.runtime.sft.SFTConfig fields, e.g. {\"max_steps\": 300}); other values name another cached warm start"})
     cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached (shared with respo sft)"})
     out_dir: str = field(default="runs/default", metadata={"help": "run directory (metrics.jsonl, config.json, summary.json, ckpt/, final/)"})
     seed: int = field(default=0, metadata={"help": "seed of every random number generator of the run"})
     threads: int = field(default=0, metadata={"help": "torch intra-op threads (torch.set_num_threads); 0 keeps torch's default"})
     train_pool: int = field(default=4096, metadata={"help": "number of distinct training prompts (cycled, reshuffled every epoch)"})
+    prompt_format: str = field(default="auto", metadata={"help": "how task prompts reach the model: auto (through the tokenizer's chat template with the task's answer instruction when it has one, else raw) | chat | raw"})
 
     # --- objective ---
     objective: str = field(default="respo", metadata={"help": "policy objective, any name in respo.OBJECTIVES; a new one given on the command line drops the --config file's objective_kwargs"})
@@ -219,10 +220,13 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
 
 
 def _check_sft_kwargs(cfg: TrainConfig) -> None:
+    from respo.runtime.packaged import is_packaged
+    from respo.runtime.pretrained_sft import PretrainedSFTConfig
     from respo.runtime.sft import SFTConfig
 
-    fixed = ("task", "task_kwargs", "preset", "seed")  # taken from the run's own fields
-    allowed = sorted(set(SFTConfig.__dataclass_fields__) - set(fixed))
+    fixed = ("task", "task_kwargs", "preset", "model", "seed")  # taken from the run's own fields
+    settings = PretrainedSFTConfig if is_packaged(cfg.model) else SFTConfig
+    allowed = sorted(set(settings.__dataclass_fields__) - set(fixed))
     unknown = sorted(set(cfg.sft_kwargs) - set(allowed))
     if unknown:
         raise ConfigError(f"sft_kwargs has unknown setting(s) {', '.join(unknown)}; it accepts {', '.join(allowed)}")
@@ -241,6 +245,19 @@ def _is_preset(model: str) -> bool:
     except ImportError:  # runtime not importable: only the documented preset names
         return model in ("tiny-dense", "tiny-moe")
     return model in PRESETS
+
+
+def _is_packaged(model: str) -> bool:
+    from respo.runtime.packaged import is_packaged
+
+    return is_packaged(model)
+
+
+def _packaged_problem(model: str) -> str | None:
+    """Why the packaged model ``model`` cannot be used (its package missing), None when it can or is no packaged model."""
+    from respo.runtime.packaged import is_packaged, packaged_problem
+
+    return packaged_problem(model) if is_packaged(model) else None
 
 
 def _objective_problem(cfg: TrainConfig) -> str | None:
@@ -302,10 +319,13 @@ def validate(cfg: TrainConfig) -> None:
              if not ok and name not in nonfinite]
     if len(cfg.adam_betas) != 2 or not all(0 <= b < 1 for b in cfg.adam_betas):
         errs.append(f"adam_betas must be two numbers in [0, 1), got {list(cfg.adam_betas)}")
-    if not _is_preset(cfg.model):
+    if _packaged_problem(cfg.model):
+        errs.append(_packaged_problem(cfg.model))
+    elif not _is_preset(cfg.model) and not _is_packaged(cfg.model):
         p = Path(cfg.model)
         if not p.is_dir():
-            errs.append(f"model {cfg.model!r} is neither a preset (tiny-dense, tiny-moe) nor an existing model directory")
+            errs.append(f"model {cfg.model!r} is neither a preset (tiny-dense, tiny-moe), a packaged model "
+                        f"(smollm2-135m-instruct) nor an existing model directory")
         elif not (p / "config.json").is_file():
             errs.append(f"model directory {cfg.model!r} has no config.json")
     if cfg.micro_batch_tokens < 0:
@@ -313,6 +333,8 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.micro_batch_tokens and cfg.micro_batch:
         errs.append(f"micro_batch ({cfg.micro_batch} rows) and micro_batch_tokens ({cfg.micro_batch_tokens} tokens) "
                     f"both size micro-batches; set one of them to 0")
+    if cfg.prompt_format not in ("auto", "chat", "raw"):
+        errs.append(f"prompt_format {cfg.prompt_format!r} is unknown; choose auto, chat or raw")
     if cfg.dtype not in DTYPES:
         errs.append(f"dtype {cfg.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
     if cfg.compile and cfg.mode != "sync":

@@ -9,7 +9,9 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from respo.runtime import models
+from respo.runtime.packaged import is_packaged
 from respo.runtime.precision import resolve_device
+from respo.runtime.pretrained_sft import load_packaged_policy
 from respo.runtime.sft import INFO_FILE, load_policy, warm_start
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
@@ -28,7 +30,8 @@ class Policy:
 
 
 def load_run_policy(cfg: TrainConfig) -> Policy:
-    """Preset + warm start (cached SFT), preset from scratch, or a local model directory, on ``cfg.device``.
+    """Preset + warm start (cached SFT), preset from scratch, a packaged pretrained model (warm-started on the
+    task or as shipped), or a local model directory, on ``cfg.device``.
 
     A directory holding a warm start's info file is loaded as a warm start (its tokenizer is
     left-padded); any other directory as a plain Hugging Face model and tokenizer. A warm start
@@ -49,6 +52,9 @@ def _load(cfg: TrainConfig) -> Policy:
         tok = build_char_tokenizer(get_task(cfg.task, **cfg.task_kwargs).alphabet)
         model = models.build_policy(cfg.model, tok, seed=cfg.seed)
         return Policy(model, tok, {"source": "preset", "preset": cfg.model})
+    if is_packaged(cfg.model):  # a pretrained checkpoint shipped in a package (respo.runtime.packaged)
+        return Policy(*load_packaged_policy(cfg.model, cfg.task, _warm_kwargs(cfg)["task_kwargs"], cfg.cache_dir,
+                                            warm_start=cfg.warm_start, sft_kwargs=cfg.sft_kwargs, verbose=cfg.progress))
     path = Path(cfg.model)
     if (path / INFO_FILE).is_file():
         model, tok, info = load_policy(path)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from respo.core import Objective, group_advantages
 from respo.runtime import moe
+from respo.runtime.chat import render_for
 from respo.runtime.precision import resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
@@ -139,6 +140,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     held_out = task.examples("test", cfg.eval_prompts, EVAL_SEED) if cfg.eval_prompts else []
     device = resolve_device(cfg.device)
     policy = load_run_policy(cfg)
+    task, pool, held_out = render_for(policy.tokenizer, cfg.prompt_format, task, pool, held_out)  # chat or raw
     model = policy.model.to(device)  # a no-op on the CPU
     if cfg.routing_replay and not moe.is_moe(model):
         raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
@@ -147,7 +149,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
                      buffer=RolloutBuffer(cfg.mini_batch_seqs),
                      generator=torch.Generator(device=device).manual_seed(cfg.seed), part_start=part_start)
-    record = {**settings, "policy": policy.info}
+    record = {**settings, "policy": policy.info, "prompt_rendering": getattr(task, "rendering", "raw")}
     if ckpt is not None:
         state.load(ckpt, model)
         record["resumed"] = resumed_entries(run_dir, state.update, changes)

@@ -24,6 +24,9 @@ Specs accepted by ``get_task``:
 - ``reasoning_gym:<name>`` (kwargs passed to ``reasoning_gym.create_dataset``): the package's
   procedural datasets, scored by the dataset's own ``score_answer`` (a score >= ``threshold``,
   default 1.0, is correct). An ``<answer>...</answer>`` span is extracted when present.
+- ``worded_addition`` (kwargs ``digits=2``): "What is 347 + 586?" -> a column-by-column solution in
+  words, in several phrasings, ending in "Answer: 933" (for pretrained instruct models; graded on the
+  extracted final answer).
 - ``math:<path>``: verl/DAPO-format rows in a local JSONL or parquet file (or a directory
   with ``train.*`` and ``test.*``), scored with ``math-verify`` against the ground truth.
 
@@ -77,6 +80,7 @@ from .base import (
 from .math_files import MathTask, read_math_rows
 from .multiplication import MultiplicationTask
 from .reasoning_gym_task import ReasoningGymTask
+from .worded import WordedAdditionTask
 
 __all__ = [
     "SPLITS",
@@ -91,6 +95,7 @@ __all__ = [
     "CountdownTask",
     "ReasoningGymTask",
     "MathTask",
+    "WordedAdditionTask",
     "check_request",
     "get_task",
     "load_task",
@@ -113,6 +118,7 @@ TASK_KINDS: dict[str, tuple[type[Task], str | None]] = {
     "multiplication": (MultiplicationTask, None),
     "reasoning_gym": (ReasoningGymTask, "name"),
     "math": (MathTask, "path"),
+    "worded_addition": (WordedAdditionTask, None),
 }
 
 
