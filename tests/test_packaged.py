@@ -114,7 +114,7 @@ def test_one_update_of_the_packaged_model_with_chat_prompts(converted, tmp_path)
         "group_size": 8, "max_new_tokens": 16, "updates": 1, "eval_prompts": 0, "lr": 1e-6, "warmup": 0,
         "train_pool": 8, "out_dir": str(tmp_path / "run"), "progress": False, "tensorboard": False,
     })
-    run = train(cfg, report=False)
+    run = train(cfg)
     record = json.loads((run / "config.json").read_text())
     assert record["prompt_rendering"] == "chat" and record["prompt_format"] == "auto"
     assert record["policy"]["source"] == "packaged" and record["policy"]["packaged"] == NAME
@@ -122,3 +122,20 @@ def test_one_update_of_the_packaged_model_with_chat_prompts(converted, tmp_path)
                  if '"event"' not in line]
     assert update["update"] == 1 and torch.isfinite(torch.tensor(update["loss"]))
     assert (run / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_sweep_measures_its_starting_policy_on_the_prompts_the_runs_see(converted, tmp_path, monkeypatch):
+    """respo sweep's "before RL" reference of a chat model is evaluated on chat-rendered prompts, like its runs."""
+    import respo.train.evaluate as evaluate
+    from respo.study.sweep import RunSpec, _prewarm
+
+    seen = []
+    monkeypatch.setattr(evaluate, "evaluate_held_out",
+                        lambda policy, task, held_out, cfg: seen.extend(ex.prompt for ex in held_out) or {"pass@1": 0.0})
+    base = tmp_path / "base.toml"
+    base.write_text(f'model = "{NAME}"\nwarm_start = false\ntask = "worded_addition"\neval_prompts = 2\n'
+                    f'cache_dir = "{CACHE}"\nprogress = false\n')
+    _prewarm([RunSpec("r", {})], base, threads=1, sweep_dir=tmp_path / "sweep")
+    assert len(seen) == 2 and all(p.startswith("<|im_start|>") for p in seen), seen
+    assert (tmp_path / "sweep" / "baseline_eval" / f"{NAME}.json").is_file()

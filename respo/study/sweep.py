@@ -400,6 +400,7 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
     RL" reference of the report; the runs themselves skip ``eval_before``)."""
     import torch
 
+    from respo.runtime.chat import render_for
     from respo.runtime.tasks import get_task
     from respo.train.config import load_config
     from respo.train.evaluate import EVAL_SEED, evaluate_held_out
@@ -418,7 +419,10 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
         t0 = time.perf_counter()
         policy = load_run_policy(cfg)
         task = get_task(cfg.task, **cfg.task_kwargs)
-        ev = evaluate_held_out(policy, task, task.examples("test", cfg.eval_prompts, EVAL_SEED), cfg)
+        # the runs' own rendering (chat template or raw), so the reference is measured on the prompts they see
+        task, held_out = render_for(policy.tokenizer, cfg.prompt_format, task,
+                                    task.examples("test", cfg.eval_prompts, EVAL_SEED))
+        ev = evaluate_held_out(policy, task, held_out, cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
                                    "policy": policy.info, "eval": ev}, indent=1, default=str))
