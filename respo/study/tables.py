@@ -178,6 +178,11 @@ def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
     return rows, absent
 
 
+def _ci(w) -> str:
+    """"[lo, hi]" of a Welch interval, "—" where no interval exists (n = 1 on a side)."""
+    return "—" if math.isnan(w.ci_low) else f"[{w.ci_low:+.3f}, {w.ci_high:+.3f}]"
+
+
 def _f(x: float, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -267,7 +272,7 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
             f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | Welch t (df) | p | p ({name}) | "
             f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
     for (lr, n, obj, best, metric, w, eq), pa, qa in zip(tests, p_adj, q_adj):
-        out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {w.diff:+.3f} | [{w.ci_low:+.3f}, {w.ci_high:+.3f}] | "
+        out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {w.diff:+.3f} | {_ci(w)} | "
                    f"{_f(w.t, 2)} ({_f(w.df, 1)}) | {format_p(w.p)} | {format_p(pa)} | {format_p(qa)} | "
                    f"{verdict(w, eq, p=pa, p_tost=qa)} |")
 
