@@ -166,6 +166,9 @@ def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monke
     report = tmp_path / "reports/long/report.md"
     assert fill(report) == 7
     assert report.read_text() == (REPO / "reports/long/report.md").read_text()
+    pilot = tmp_path / "reports/long/corr-pilot-128/README.md"
+    assert fill(pilot) == 1
+    assert pilot.read_text() == (REPO / "reports/long/corr-pilot-128/README.md").read_text()
     R = "reports/long"
     for argv, out in ((["calib", f"{R}/calib-128/runs.csv"], f"{R}/calib-128/table.md"),
                       (["headline", f"{R}/headline-128/runs.csv"], f"{R}/headline-128.md"),

@@ -15,6 +15,10 @@ if [ -d runs/long ]; then
   # 256 tokens: calibration and headline cell (64 updates; they share one sweep directory)
   $PY -m respo report runs/long/calib-256/runs/* --out $R/calib-256 --title "Long responses: 256 tokens" --shared-lr 1e-4
 fi
+if [ -d runs/long/corr-pilot ]; then
+  # the staleness corrections' pilot at 128 tokens (its own, rebuilt warm start; not pooled by recommend)
+  $PY -m respo report runs/long/corr-pilot/runs/* --out $R/corr-pilot-128 --title "Staleness corrections at 128 tokens: pilot" --shared-lr 3e-5
+fi
 
 # tables from runs.csv (the run directories are not needed)
 $PY -m respo table calib $R/calib-128/runs.csv > $R/calib-128/table.md
@@ -23,6 +27,7 @@ $PY -m respo table headline $R/main-128/runs.csv > $R/main-128/table.md
 $PY -m respo table calib $R/calib-256/runs.csv > $R/calib-256/table.md
 $PY -m respo table headline $R/calib-256/runs.csv --reuse 32 --lrs 1e-4 > $R/calib-256/headline.md
 $PY -m respo table fill $R/report.md
+$PY -m respo table fill $R/corr-pilot-128/README.md
 
 # which objective to use, per response length x N (32 tokens: the staleness study)
 $PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \
