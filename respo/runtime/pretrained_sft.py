@@ -26,13 +26,9 @@ Command line::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +39,7 @@ import torch
 from .chat import ChatTask
 from .precision import mixed_precision
 from .sampler import sample
-from .sft import INFO_FILE, encode_pairs, sft_loss
+from .sft import INFO_FILE, build_atomically, cache_path, encode_pairs, settings_key, sft_loss
 from .tasks import get_task, load_task, score_batch, task_defaults
 from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 
@@ -75,8 +71,8 @@ class PretrainedSFTConfig:
     dtype: str = "bfloat16"  # the SFT forward/backward (autocast, float32 master weights); sampling is float32
 
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+        """Stable 10-hex-digit hash of the settings."""
+        return settings_key(self)
 
 
 def load_pretrained(path: str | Path, *, dtype: torch.dtype = torch.float32):
@@ -197,25 +193,14 @@ def warm_start_pretrained(model: str = "smollm2-135m-instruct", task_spec: str =
         raise TypeError(f"unknown pretrained warm-start settings: {sorted(unknown)}")
     task_kwargs = {**task_defaults(task_spec), **(task_kwargs or {})}
     cfg = PretrainedSFTConfig(model=str(model), task=task_spec, task_kwargs=task_kwargs, **config)
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in task_spec)[:40]
-    path = Path(cache_dir) / f"{Path(cfg.model).name}-{slug}-{cfg.key()}"
+    path = cache_path(cache_dir, cfg.model, task_spec, cfg.key())
     if (path / INFO_FILE).is_file() and not force:
         return path
     source = resolve_packaged(cfg.model, cache_dir) if is_packaged(cfg.model) else Path(cfg.model)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *_: None)
     print(f"warm start: building {path} by SFT of {cfg.model} on {task_spec} (up to {cfg.max_steps} steps)",
           file=sys.stderr, flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    try:
-        info = _train(cfg, source, tmp, log)
-        if path.exists():
-            shutil.rmtree(path)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    info = build_atomically(path, lambda tmp: _train(cfg, source, tmp, log))
     if not info["in_band"]:
         print(f"warm start {path.name}: sampled pass rate {info['pass_rate']:.3f} is outside [0.15, 0.6] "
               f"(stopped by {info['stopped_by']} after {info['steps']} steps)", file=sys.stderr, flush=True)

@@ -101,8 +101,7 @@ class SFTConfig:
 
     def key(self) -> str:
         """Stable 10-hex-digit hash of the settings."""
-        blob = json.dumps(asdict(self), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+        return settings_key(self)
 
 
 @dataclass
@@ -118,6 +117,37 @@ class WarmStart:
     config: dict
     history: list = field(default_factory=list)
     stopped_by: str = ""  # "target", "max_steps" or "max_seconds"
+
+
+def settings_key(cfg) -> str:
+    """Stable 10-hex-digit hash of a settings dataclass (it names the warm start's cache directory)."""
+    blob = json.dumps(asdict(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def cache_path(cache_dir: str | Path, name: str, task: str, key: str) -> Path:
+    """``<cache_dir>/<name>-<task slug>-<key>``: where a warm start of ``name`` on ``task`` is cached."""
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in task)[:40]
+    return Path(cache_dir) / f"{Path(name).name}-{slug}-{key}"
+
+
+def build_atomically(path: Path, build) -> dict:
+    """Run ``build(tmp)`` into a fresh directory beside ``path`` and rename it to ``path``; its result.
+
+    A directory holding the info file is therefore always complete; a failed build leaves nothing.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        info = build(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        os.replace(tmp, path)  # atomic
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return info
 
 
 def encode_pairs(tokenizer, prompts: list[str], responses: list[str], *, add_eos: bool = True):
@@ -310,25 +340,14 @@ def warm_start(
         raise SFTSettingsError(f"noise must be in [0, 1), got {cfg.noise}")
     if not 0 < cfg.target_pass <= 1:
         raise SFTSettingsError(f"target_pass must be in (0, 1], got {cfg.target_pass}")
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in cfg.task)[:40]
-    path = Path(cache_dir) / f"{Path(cfg.preset).name}-{slug}-{cfg.key()}"
+    path = cache_path(cache_dir, cfg.preset, cfg.task, cfg.key())
     if (path / INFO_FILE).is_file() and not force:
         info = json.loads((path / INFO_FILE).read_text())
         return _result(path, info, reused=True)
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *_: None)
     print(f"warm start: building {path} by SFT (up to {cfg.max_steps} steps): {_why_not_cached(path, cfg, force)}",
           file=sys.stderr, flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    try:
-        info = _train(cfg, tmp, log, resolve_device(device))
-        if path.exists():
-            shutil.rmtree(path)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private
-        os.replace(tmp, path)  # atomic: a directory with INFO_FILE is always complete
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    info = build_atomically(path, lambda tmp: _train(cfg, tmp, log, resolve_device(device)))
     if not info["in_band"]:
         warnings.warn(
             f"warm start {path.name}: sampled pass rate {info['pass_rate']:.3f} is outside "
