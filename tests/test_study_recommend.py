@@ -117,10 +117,13 @@ def test_load_rows_reads_a_runs_csv_and_refuses_missing_columns(tmp_path):
         w.writerow(["a", "tiny-dense", "grpo", "32", "8", "3e-05", "0", "False", "256", "True", "0.5", "0.625"])
         w.writerow(["b", "tiny-moe", "grpo", "32", "8", "3e-05", "0", "False", "256", "True", "0.5", "0.6"])
         w.writerow(["c", "tiny-dense", "grpo", "32", "8", "3e-05", "1", "False", "256", "False", "", ""])
+        w.writerow(["d", "tiny-dense", "grpo", "32", "8", "3e-05", "2", "True", "256", "True", "0.25", "0.5"])
     rows = load_rows(path, length=128, model="tiny-dense", group_size=8)
     assert rows == [{"objective": "grpo", "lr": 3e-5, "seed": 0, "late_mean": 0.5, "pass@1": 0.625, "reuse": 32,
                      "length": 128, "updates": 256, "run": "a", "where": f"{path} line 2"}]
-    # the MoE row and the unfinished row are not read
+    # the MoE row, the unfinished row and the routing-replay row are not read; asked for, only the last is
+    replay = load_rows(path, length=128, model="tiny-dense", group_size=8, routing_replay=True)
+    assert [(r["run"], r["seed"], r["late_mean"]) for r in replay] == [("d", 2, 0.25)]
     bad = tmp_path / "bad.csv"
     bad.write_text("run,objective\nx,grpo\n")
     with pytest.raises(RecommendError, match=r"bad.csv: missing column\(s\) .*late_mean"):
@@ -146,6 +149,8 @@ def test_respo_recommend_prints_the_table_and_names_bad_input(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err and not (tmp_path / "none.csv").exists()
     assert main(["recommend", f"128={path}", "--model", "tiny-moe"]) == 2
     assert "no finished tiny-moe runs" in capsys.readouterr().err
+    assert main(["recommend", f"128={path}", "--routing-replay"]) == 2  # no row has routing replay
+    assert "no finished tiny-dense runs with G = 8 and routing replay" in capsys.readouterr().err
 
 
 # --- false records: each of these printed a wrong table or a traceback before ----------------------------------------

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from respo.study.aggregate import load_runs
-from respo.study.tables import (COLUMNS, TableError, calib_table, fill, headline_tables, read_rows, regime_table,
-                                run_row, write_runs_csv)
+from respo.study.tables import (COLUMNS, TableError, _select, calib_table, fill, headline_tables, read_rows,
+                                regime_table, replay_table, run_row, write_runs_csv)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,3 +180,36 @@ def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monke
             assert main(["table", *argv]) == 0
         assert buf.getvalue() == (REPO / out).read_text(), out
     assert "respo table" in (REPO / R / "make_reports.sh").read_text()
+
+
+def test_replay_table_compares_each_objective_with_and_without_replay():
+    def rows(obj, late, pass1, replay):
+        out = _rows(obj, late, pass1)
+        for seed, r in enumerate(out):
+            r.update({"seed": seed, "routing_replay": replay})
+        return out
+    rows_ = (rows("vespo", [0.50, 0.52], [0.40, 0.44], True) + rows("vespo", [0.40, 0.42], [0.40, 0.42], False)
+             + rows("respo", [0.3, 0.3], [0.3, 0.3], False))  # respo without a replay side: no test
+    out = replay_table(rows_, margin=0.03, method="holm")
+    lines = [x for x in out if x.startswith("| 3e-05 |")]
+    assert len(lines) == 2 and all("| vespo |" in x for x in lines)
+    late = [c.strip() for c in lines[0].strip("|").split("|")]
+    # replay 0.51 vs 0.41, both spreads sd = 0.01414: diff +0.100, se = sqrt(2·0.0002/2) = 0.01414, t = 7.07 on
+    # df = 2, two-sided p = 0.0194; Holm over 2 tests: late p 0.0194·2 = 0.039 (pass@1's p is larger) -> "better"
+    assert late[3:8] == ["late mean", "2 / 2", "0.510", "0.410", "+0.100"]
+    assert late[9] == "0.019" and late[10] == "0.039" and late[12] == "better"
+    with pytest.raises(TableError, match="both with and without routing replay"):
+        replay_table(rows("vespo", [0.5, 0.5], [0.5, 0.5], False))
+
+
+def test_tables_keep_runs_without_replay_unless_asked(tmp_path):
+    rows = _rows("vespo", [0.5, 0.6], [0.5, 0.6])
+    for seed, r in enumerate(rows):
+        r.update({"seed": seed, "routing_replay": bool(seed), "model": "tiny-dense", "group_size": 8, "updates": 64})
+    args = Namespace(kind="calib", model="tiny-dense", group_size=8, objectives=None, reuse=None, lrs=None,
+                     updates=None, routing_replay=False)
+    assert [r["seed"] for r in _select(rows, args)] == [0]
+    args.routing_replay = True
+    assert [r["seed"] for r in _select(rows, args)] == [1]
+    args.kind = "replay"
+    assert [r["seed"] for r in _select(rows, args)] == [0, 1]

@@ -136,10 +136,11 @@ def _number(r: dict, col: str, where: str, kind: type = float) -> float | int:
     return x
 
 
-def load_rows(path: str | Path, *, length: int, model: str | None = None, group_size: int | None = None) -> list[dict]:
+def load_rows(path: str | Path, *, length: int, model: str | None = None, group_size: int | None = None,
+              routing_replay: bool = False) -> list[dict]:
     """The finished runs of one ``runs.csv`` as rows for `recommend`; ``length`` labels them (response
-    tokens). Runs with routing replay, or of another ``model`` / ``group_size`` when given, are left
-    out; an aggregation override is part of the objective's name (``gspo@token-mean``). Each row
+    tokens). Runs with routing replay (without it when ``routing_replay``), or of another ``model`` /
+    ``group_size`` when given, are left out; an aggregation override is part of the objective's name (``gspo@token-mean``). Each row
     keeps its ``run`` name and ``where`` (file and line), which `recommend`'s duplicate check names. A file
     that is not UTF-8 CSV, is empty, lacks a column or has a non-numeric value raises `RecommendError`
     in one line naming the file (and the line)."""
@@ -164,7 +165,7 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
                 short = sum(v is None for v in r.values())
                 if short:
                     raise RecommendError(f"{where}: {short} field{'s' * (short != 1)} fewer than the header")
-                if not _flag(r, "finished", where) or _flag(r, "routing_replay", where):
+                if not _flag(r, "finished", where) or _flag(r, "routing_replay", where) != routing_replay:
                     continue
                 if model is not None and r.get("model") != model:
                     continue
@@ -358,6 +359,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="response length (tokens) and a runs.csv written by respo report, e.g. 128=runs.csv")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
+    p.add_argument("--routing-replay", action="store_true",
+                   help="rank the runs with MoE routing replay (default: the runs without it)")
     p.add_argument("--min-seeds", type=int, default=3,
                    help="seeds an objective needs at a learning rate to be ranked (default 3; a test needs 2)")
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
@@ -386,9 +389,11 @@ def run(args: argparse.Namespace) -> int:
         length, sep, path = spec.partition("=")
         if not sep or not length.isdigit():
             raise RecommendError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
-        rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size)
+        rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size,
+                          routing_replay=args.routing_replay)
     if not rows:
-        raise RecommendError(f"no finished {args.model} runs with G = {args.group_size} in {', '.join(args.inputs)}")
+        raise RecommendError(f"no finished {args.model} runs with G = {args.group_size}"
+                             f"{' and routing replay' if args.routing_replay else ''} in {', '.join(args.inputs)}")
     if args.margin < 0 or not math.isfinite(args.margin):
         raise RecommendError(f"--margin must be a positive number or 0 (off), got {args.margin}")
     kw = dict(margin=args.margin or None, method=args.adjust, family=args.family, select_seeds=args.select_seeds)

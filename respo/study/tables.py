@@ -30,6 +30,10 @@ largest N (fraction of stale positives and of stale negatives with log W < −1,
 token, per-token entropy late in the run, and the same-batch ReSPO / VESPO mass shares), each a mean
 over the seeds run (n).
 
+``replay``: per (lr, N, objective) run both ways, MoE routing replay's effect: the mean over seeds
+with replay minus without, on late mean and held-out pass@1, tested like ``headline``. Every other
+kind keeps the runs without replay unless ``--routing-replay`` asks for those with it.
+
 ``fill FILE.md``: regenerate, in place, every block of a markdown file that starts with a line
 ``<!-- respo table ARGS -->`` (or ``<!-- respo recommend ARGS -->``) and ends with ``<!-- /respo -->``:
 the lines between become that command's output (paths relative to the current directory).
@@ -50,7 +54,7 @@ from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
-           "read_rows", "calib_table", "headline_tables", "regime_table", "fill", "add_arguments", "run"]
+           "read_rows", "calib_table", "headline_tables", "regime_table", "replay_table", "fill", "add_arguments", "run"]
 
 #: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
 CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
@@ -290,6 +294,39 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
     return out
 
 
+def replay_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh") -> list[str]:
+    """Routing replay's effect per (lr, N, objective): the mean over seeds with replay minus without,
+    on late mean and held-out pass@1, with Welch's test, its 95 % interval, the p value adjusted over
+    the table's tests, TOST within ±δ (adjusted the same way) and the verdict, from finished runs."""
+    from respo.study.stats import ADJUST_METHODS, adjust, format_p, tost, verdict, welch
+
+    cells: dict[tuple, dict[bool, list[dict]]] = {}
+    for r in rows:
+        if r["finished"]:
+            cells.setdefault((r["lr"], r["reuse"], r["objective"]), {}).setdefault(bool(r["routing_replay"]), []).append(r)
+    tests = []
+    for (lr, n, obj), by in sorted(cells.items()):
+        if True in by and False in by:
+            for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
+                a, b = [r[key] for r in by[True]], [r[key] for r in by[False]]
+                tests.append((lr, n, obj, metric, a, b, welch(a, b), tost(a, b, margin)))
+    if not tests:
+        raise TableError("no objective was run both with and without routing replay")
+    p_adj = adjust([t[6].p for t in tests], method)
+    q_adj = adjust([t[7].p for t in tests], method)
+    name = ADJUST_METHODS[method].split(" (")[0]
+    out = [f"Routing replay's effect: with replay minus without, per objective. p: Welch's two-sided t-test; "
+           f"p ({name}): adjusted over the {len(tests)} tests of this table; TOST p: two one-sided tests of "
+           f"equivalence within ±δ = {margin:g}, adjusted the same way. Verdicts from the adjusted p values.", "",
+           f"| lr | N | objective | metric | seeds (replay / none) | with replay | without | difference | 95 % CI | "
+           f"p | p ({name}) | TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 13]
+    for (lr, n, obj, metric, a, b, w, eq), pa, qa in zip(tests, p_adj, q_adj):
+        out.append(f"| {lr:g} | {n} | {obj} | {metric} | {len(a)} / {len(b)} | {_mean(a):.3f} | {_mean(b):.3f} | "
+                   f"{w.diff:+.3f} | {_ci(w)} | {format_p(w.p)} | {format_p(pa)} | {format_p(qa)} | "
+                   f"{verdict(w, eq, p=pa, p_tost=qa)} |")
+    return out
+
+
 def regime_table(inputs: Sequence[tuple[int, list[dict], set[str]]]) -> list[str]:
     """Per (response length, lr): GRPO at N = 1 and GRPO's stale diagnostics at the largest N
     (module docstring), at the budget most of those runs have. ``inputs``: (length, rows, absent
@@ -373,9 +410,9 @@ def fill(path: Path) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=("calib", "headline", "regime", "fill"),
+    p.add_argument("kind", choices=("calib", "headline", "regime", "replay", "fill"),
                    help="calib: one row per run; headline: objectives over seeds; regime: GRPO's log W spread per "
-                        "response length and lr (LENGTH=runs.csv arguments); fill: regenerate the table blocks of "
+                        "response length and lr (LENGTH=runs.csv arguments); replay: each objective with routing replay against without; fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
                                             "fill: markdown files)")
@@ -389,6 +426,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse", type=int, default=None, help="keep runs with this N only")
     p.add_argument("--lrs", default=None, help="comma-separated learning rates to keep (default: all)")
     p.add_argument("--updates", type=int, default=None, help="keep runs with this budget only")
+    p.add_argument("--routing-replay", action="store_true",
+                   help="keep the runs with MoE routing replay (default: the runs without; the replay kind takes both)")
 
 
 def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
@@ -406,8 +445,11 @@ def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
         keep = [r for r in keep if r["lr"] in lrs]
     if args.updates is not None:
         keep = [r for r in keep if r["updates"] == args.updates]
+    if args.kind != "replay":
+        keep = [r for r in keep if bool(r["routing_replay"]) == args.routing_replay]
     if not keep:
-        raise TableError("no run left after the --model/--group-size/--objectives/--reuse/--lrs/--updates selection")
+        raise TableError("no run left after the --model/--group-size/--objectives/--reuse/--lrs/--updates/--routing-replay "
+                         "selection")
     return keep
 
 
@@ -431,7 +473,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
-    lines = calib_table(rows, absent) if args.kind == "calib" else \
-        headline_tables(rows, absent, margin=args.margin, method=args.adjust)
+    if args.kind == "replay":
+        lines = replay_table(rows, margin=args.margin, method=args.adjust)
+    elif args.kind == "calib":
+        lines = calib_table(rows, absent)
+    else:
+        lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust)
     print("\n".join(lines))
     return 0
