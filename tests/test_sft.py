@@ -202,7 +202,7 @@ def test_record_of_a_cached_pretrained_warm_start_without_training(tmp_path, mon
     assert path.name == "smollm2-135m-instruct-worded_addition-f3c9c82628"  # the committed warm start's key
     info = {"config": {"model": cfg.model}, "key": cfg.key(), "pass_rate": 0.469, "mean_response_tokens": 101.9,
             "steps": 48, "stopped_by": "target", "train_seconds": 2217.0}
-    _fake_cache(path, info)
+    _fake_cache(path, {**info, "source": str(tmp_path / "cache" / "packaged" / "smollm2-135m-instruct-0.1.2")})
     monkeypatch.setattr("respo.runtime.packaged.resolve_packaged", lambda *a, **k: pytest.fail("tried to train"))
     threads = str(torch.get_num_threads())
     out = tmp_path / "rec" / "ws.json"
@@ -213,7 +213,7 @@ def test_record_of_a_cached_pretrained_warm_start_without_training(tmp_path, mon
     # order, without --cache-dir and --record (where, not what)
     assert json.loads(out.read_text()) == {
         "command": f"python -m respo sft --task worded_addition --model smollm2-135m-instruct --threads {threads}",
-        **info}
+        **info, "source": "smollm2-135m-instruct-0.1.2"}  # the absolute path's last part only
     assert [p.name for p in out.parent.iterdir()] == ["ws.json"]  # written atomically: no temporary file left
 
 

@@ -442,8 +442,11 @@ def sft_command(args: argparse.Namespace) -> str:
 
 def write_record(path: Path, args: argparse.Namespace, record_file: str | Path) -> dict:
     """Write ``{"command": sft_command(args), **<path>/respo_warm_start.json}`` to ``record_file`` atomically
-    (a temporary file beside it, renamed); the record."""
-    record = {"command": sft_command(args), **json.loads((Path(path) / INFO_FILE).read_text())}
+    (a temporary file beside it, renamed); the record. A top-level value that is an absolute path (``source``,
+    where the pretrained model was read from) is written as its last part, as in the command."""
+    info = json.loads((Path(path) / INFO_FILE).read_text())
+    record = {"command": sft_command(args), **{k: Path(v).name if isinstance(v, str) and os.path.isabs(v) else v
+                                               for k, v in info.items()}}
     out = Path(record_file)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
     try:
