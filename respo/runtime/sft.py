@@ -23,6 +23,10 @@ Command line (``respo sft`` takes the same flags)::
 
     python -m respo.runtime.sft --preset tiny-dense --threads 1   # caches under .cache/respo, where respo train looks
 
+``--record FILE`` then writes the warm start's record (built or found in the cache): its
+``respo_warm_start.json`` and, as ``command``, the ``respo sft`` command without ``--cache-dir`` and
+``--record``, so a report can commit exactly what it started from.
+
 Measured with the defaults (5-digit scratchpad addition, 32-token responses, batch 64, AdamW
 1e-3, target 0.3; one torch thread, one seed):
 
