@@ -253,7 +253,7 @@ def test_staleness_table_means_over_seeds(tmp_path):
         return r
     rows = [row(0, [0.0, 0.1, 0.2]), row(1, [0.0, 0.3, math.nan]), row(2, [9.0, 9.0, 9.0], finished=False)]
     out = staleness_tables(rows)
-    assert out[0] == "grpo, N = 3, lr 1e-06 (2 seeds):"
+    assert out[0] == "m: grpo, N = 3, lr 1e-06 (2 seeds):"
     assert out[2] == "| staleness | 0 | 1 | 2 |"
     # the running seed is left out; per staleness the mean over the seeds that logged it:
     # (0.1 + 0.3)/2 = 0.2 at 1, 0.2 alone at 2

@@ -24,7 +24,7 @@ step has log W = 0 exactly), and over all updates otherwise:
                                such update logged it
 
 ``calib``: one row per run (a calibration sweep); ``--cost`` appends seconds per update and training
-seconds per update. ``staleness``: per (objective, N, lr) of finished runs, one table of the
+seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
 per-staleness metrics (rows) at staleness 0 .. N−1 (columns), each the mean over the seeds that
 logged it. ``headline``: per (lr, N, objective) mean ± sample
 std over seeds, then each objective against the best baseline of its (lr, N) (GRPO or VESPO, by mean
@@ -60,7 +60,8 @@ from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
-           "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS", "regime_table", "fill", "add_arguments", "run"]
+           "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS", "regime_table",
+           "fill", "add_arguments", "run"]
 
 #: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
 CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
@@ -140,7 +141,8 @@ def run_row(run: Run) -> dict:
                 "entropy_late": nanmean(ent[-late_count(len(ent)):]) if ent else math.nan,
                 "pooled_pos_low_w": pooled_low_fraction(run, "pos"), "pooled_neg_low_w": pooled_low_fraction(run, "neg"),
                 "step_scores": [round(x, 6) for x in _steps(run)]})
-    row.update({"seconds_per_update": _seconds_per_update(run), "train_seconds_per_update": run_mean(run, "time/train")})
+    row.update({"seconds_per_update": _seconds_per_update(run),
+                "train_seconds_per_update": run_mean(run, "time/train")})
     row.update({f"staleness:{k}": [_g6(x) for x in _by_staleness(run, k)] for k in STALENESS_METRICS})
     return row
 
@@ -270,20 +272,20 @@ STALENESS_ROWS = {"staleness:kl_k3": "k3 KL per token", "staleness:log_w/p10": "
 
 
 def staleness_tables(rows: list[dict], absent: set[str] = frozenset()) -> list[str]:
-    """Per (objective, N, lr) of finished runs: one table, a row per `STALENESS_ROWS` metric, a column per
+    """Per (model, objective, N, lr) of finished runs: one table, a row per `STALENESS_ROWS` metric, a column per
     staleness s = 0 .. N−1; a cell is the mean over the seeds that logged the metric at s (3 significant
     digits; — where none did)."""
     cells: dict[tuple, list[dict]] = {}
     for r in rows:
         if r["finished"]:
-            cells.setdefault((r["objective"], r["reuse"], r["lr"]), []).append(r)
+            cells.setdefault((r["model"], r["lr"], r["objective"], r["reuse"]), []).append(r)
     if not cells:
         raise TableError("no finished runs to tabulate")
     out: list[str] = []
-    for (obj, n, lr), rs in sorted(cells.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+    for (model, lr, obj, n), rs in sorted(cells.items()):
         if out:
             out.append("")
-        out += [f"{obj}, N = {n}, lr {lr:g} ({len(rs)} seed{'s' if len(rs) != 1 else ''}):", "",
+        out += [f"{model}: {obj}, N = {n}, lr {lr:g} ({len(rs)} seed{'s' if len(rs) != 1 else ''}):", "",
                 "| staleness | " + " | ".join(str(s) for s in range(n)) + " |", "|" + "---|" * (n + 1)]
         for col, label in STALENESS_ROWS.items():
             vals = [_g3(nanmean(r[col][s] for r in rs if len(r[col]) > s)) for s in range(n)]
@@ -448,7 +450,8 @@ def fill(path: Path) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "fill"),
-                   help="calib: one row per run; staleness: per-staleness diagnostics per (objective, N, lr); headline: objectives over seeds; regime: GRPO's log W spread per "
+                   help="calib: one row per run; staleness: per-staleness diagnostics per (model, objective, N, lr); "
+                        "headline: objectives over seeds; regime: GRPO's log W spread per "
                         "response length and lr (LENGTH=runs.csv arguments); fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
