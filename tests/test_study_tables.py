@@ -299,3 +299,16 @@ def test_committed_real_report_tables_are_what_respo_table_makes(tmp_path, monke
     script = (REPO / "reports/real/make_reports.sh").read_text()
     assert "respo table fill $R/README.md $R/calib/table.md" in script and "respo report" in script
     assert not list((REPO / "reports/real").glob("**/*.py"))
+
+
+def test_an_update_mixing_staleness_levels_is_in_no_entry(tmp_path):
+    d = _staleness_run(tmp_path)
+    recs = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    recs[4].update({"staleness_mean": 1.5, "staleness_max": 2})  # update 5: half its batch at 1, half at 2
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run,) = load_runs([tmp_path])
+    row = run_row(run)
+    # staleness 1 is update 2 alone now; staleness 2 still updates 3 and 6; its time still counts (64/6)
+    assert row["staleness:kl_k3"] == pytest.approx([0.0, 0.1, 0.3])
+    assert row["staleness:entropy"] == pytest.approx([0.6, 0.4, 0.4])
+    assert row["seconds_per_update"] == pytest.approx(64 / 6)
