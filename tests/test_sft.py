@@ -182,3 +182,66 @@ def test_equivalent_task_settings_name_one_warm_start(tmp_path):
         first = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2, "scratchpad": True}, **tiny)
     again = warm_start("addition", "tiny-dense", tmp_path, task_kwargs={"digits": 2}, **tiny)
     assert again.reused and again.path == first.path
+
+
+def _fake_cache(path, info):
+    path.mkdir(parents=True)
+    (path / INFO_FILE).write_text(json.dumps(info))
+
+
+def test_record_of_a_cached_pretrained_warm_start_without_training(tmp_path, monkeypatch):
+    # A cache directory holding only the info file: the command must find it and write the record, not train
+    # (training would first need the packaged model, which this cache does not hold).
+    from respo.runtime.pretrained_sft import PretrainedSFTConfig
+    from respo.runtime.sft import cache_path
+    from respo.runtime.tasks import task_defaults
+
+    cfg = PretrainedSFTConfig(model="smollm2-135m-instruct", task="worded_addition",
+                              task_kwargs=task_defaults("worded_addition"))
+    path = cache_path(tmp_path / "cache", cfg.model, cfg.task, cfg.key())
+    assert path.name == "smollm2-135m-instruct-worded_addition-f3c9c82628"  # the committed warm start's key
+    info = {"config": {"model": cfg.model}, "key": cfg.key(), "pass_rate": 0.469, "mean_response_tokens": 101.9,
+            "steps": 48, "stopped_by": "target", "train_seconds": 2217.0}
+    _fake_cache(path, {**info, "source": str(tmp_path / "cache" / "packaged" / "smollm2-135m-instruct-0.1.2")})
+    monkeypatch.setattr("respo.runtime.packaged.resolve_packaged", lambda *a, **k: pytest.fail("tried to train"))
+    threads = str(torch.get_num_threads())
+    out = tmp_path / "rec" / "ws.json"
+    out.parent.mkdir()
+    assert main(["--model", "smollm2-135m-instruct", "--task", "worded_addition", "--threads", threads,
+                 "--cache-dir", str(tmp_path / "cache"), "--record", str(out)]) == path
+    # the info file as cached, after the command that finds (or builds) it: non-default flags in the parser's
+    # order, without --cache-dir and --record (where, not what)
+    assert json.loads(out.read_text()) == {
+        "command": f"python -m respo sft --task worded_addition --model smollm2-135m-instruct --threads {threads}",
+        **info, "source": "smollm2-135m-instruct-0.1.2"}  # the absolute path's last part only
+    assert [p.name for p in out.parent.iterdir()] == ["ws.json"]  # written atomically: no temporary file left
+
+
+def test_record_of_a_cached_character_warm_start(tmp_path):
+    from respo.runtime.sft import DEFAULT_TASK_KWARGS, cache_path
+    from respo.runtime.tasks import task_defaults
+
+    cfg = SFTConfig(task="addition", task_kwargs={**task_defaults("addition"), **DEFAULT_TASK_KWARGS},
+                    preset="tiny-dense", seed=3)
+    path = cache_path(tmp_path, "tiny-dense", "addition", cfg.key())
+    info = {"config": {"preset": "tiny-dense", "seed": 3}, "key": cfg.key(), "pass_rate": 0.3,
+            "greedy_pass_rate": 0.4, "steps": 10, "stopped_by": "target", "train_seconds": 5.0}
+    _fake_cache(path, info)
+    out = tmp_path / "ws.json"
+    out.write_text("old")  # replaced, not appended to
+    ws = main(["--seed", "3", "--cache-dir", str(tmp_path), "--record", str(out)])
+    assert ws.reused and ws.path == path
+    assert json.loads(out.read_text()) == {"command": "python -m respo sft --seed 3", **info}
+
+
+def test_record_into_a_missing_directory_is_a_one_line_error_before_any_training(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", "respo", "sft", "--cache-dir", str(tmp_path),
+                        "--record", str(tmp_path / "nowhere" / "ws.json")],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "nowhere" in p.stderr and "does not exist" in p.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing built

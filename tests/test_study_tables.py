@@ -213,3 +213,135 @@ def test_tables_keep_runs_without_replay_unless_asked(tmp_path):
     assert [r["seed"] for r in _select(rows, args)] == [1]
     args.kind = "replay"
     assert [r["seed"] for r in _select(rows, args)] == [0, 1]
+
+
+def _staleness_run(root: Path) -> Path:
+    # N = 3, 6 updates: two rollout steps at staleness 0, 1, 2. The first update of a step also pays the
+    # step's sampling and old log-probs.
+    d = root / "grpo_N3_s0"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"objective": "grpo", "reuse": 3, "lr": 1e-6, "seed": 0,
+                                               "model": "tiny-dense", "group_size": 8, "updates": 6,
+                                               "task": "addition", "prompts": 4}))
+    #        stale  sample old  train  kl_k3  p10   frac   entropy
+    table = [(0, 10.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.5),
+             (1, None, None, 4.0, 0.1, -0.2, 0.0, 0.4),
+             (2, None, None, 5.0, 0.3, -0.6, 0.5, 0.3),
+             (0, 20.0, 4.0, 3.0, 0.0, 0.0, 0.0, 0.7),
+             (1, None, None, 6.0, 0.2, -0.4, 0.25, 0.6),
+             (2, None, None, 7.0, None, -1.0, 0.25, 0.5)]
+    recs = []
+    for u, (s, t_s, t_o, t_t, kl, p10, frac, ent) in enumerate(table):
+        rec = {"update": u + 1, "score": 0.5, "staleness_mean": float(s), "staleness_max": s, "time/train": t_t,
+               "log_w/p10": p10, "frac_pos_low_w": frac, "entropy": ent}
+        if t_s is not None:
+            rec.update({"time/sample": t_s, "time/old_logp": t_o})
+        if kl is not None:
+            rec["kl_k3"] = kl
+        recs.append(rec)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": 0.5}}))
+    return d
+
+
+def test_run_row_cost_and_per_staleness_by_hand(tmp_path):
+    _staleness_run(tmp_path)
+    (run,) = load_runs([tmp_path])
+    row = run_row(run)
+    # all time/* of all 6 updates: (10 + 2 + 3) + 4 + 5 + (20 + 4 + 3) + 6 + 7 = 64 s, over 6 updates
+    assert row["seconds_per_update"] == pytest.approx(64 / 6)
+    # time/train only: (3 + 4 + 5 + 3 + 6 + 7) / 6 = 28 / 6
+    assert row["train_seconds_per_update"] == pytest.approx(28 / 6)
+    # staleness 0: updates 1 and 4; 1: updates 2 and 5; 2: updates 3 and 6 (update 6 logged no kl_k3)
+    assert row["staleness:kl_k3"] == pytest.approx([0.0, 0.15, 0.3])  # (0.1 + 0.2)/2; 0.3 alone
+    assert row["staleness:log_w/p10"] == pytest.approx([0.0, -0.3, -0.8])  # (-0.2 - 0.4)/2; (-0.6 - 1.0)/2
+    assert row["staleness:frac_pos_low_w"] == pytest.approx([0.0, 0.125, 0.375])  # (0 + .25)/2; (.5 + .25)/2
+    assert row["staleness:entropy"] == pytest.approx([0.6, 0.5, 0.4])  # (.5 + .7)/2; (.4 + .6)/2; (.3 + .5)/2
+
+
+def test_per_staleness_columns_round_trip_and_a_staleness_no_update_had(tmp_path):
+    d = _staleness_run(tmp_path / "runs")
+    # drop update 3 (the only other staleness-2 update is 6, which has no kl_k3): staleness 2 has no kl_k3 at all
+    lines = (d / "metrics.jsonl").read_text().splitlines()
+    (d / "metrics.jsonl").write_text("\n".join(lines[:2] + lines[3:]) + "\n")
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    (row,), absent = read_rows([tmp_path / "runs.csv"])
+    assert absent == set()
+    assert row["staleness:kl_k3"][:2] == pytest.approx([0.0, 0.15]) and math.isnan(row["staleness:kl_k3"][2])
+    assert row["seconds_per_update"] == pytest.approx((64 - 5) / 5)
+    # written as JSON with null for the empty cell
+    with (tmp_path / "runs.csv").open() as f:
+        (written,) = list(csv.DictReader(f))
+    assert json.loads(written["staleness:kl_k3"]) == [0.0, 0.15, None]
+
+
+def test_staleness_table_means_over_seeds(tmp_path):
+    from respo.study.tables import staleness_tables
+
+    def row(seed, kl, finished=True):
+        r = _rows("grpo", [0.5], [0.5], reuse=3)[0]
+        r.update({"seed": seed, "model": "m", "lr": 1e-6, "finished": finished, "staleness:kl_k3": kl,
+                  "staleness:log_w/p10": [0.0, -0.2, -0.4], "staleness:frac_pos_low_w": [0.0, 0.0, 0.1],
+                  "staleness:entropy": []})
+        return r
+    rows = [row(0, [0.0, 0.1, 0.2]), row(1, [0.0, 0.3, math.nan]), row(2, [9.0, 9.0, 9.0], finished=False)]
+    out = staleness_tables(rows)
+    assert out[0] == "m: grpo, N = 3, lr 1e-06 (2 seeds):"
+    assert out[2] == "| staleness | 0 | 1 | 2 |"
+    # the running seed is left out; per staleness the mean over the seeds that logged it:
+    # (0.1 + 0.3)/2 = 0.2 at 1, 0.2 alone at 2
+    assert out[4] == "| k3 KL per token | 0 | 0.2 | 0.2 |"
+    assert out[5] == "| log W p10 | 0 | -0.2 | -0.4 |"
+    assert out[7] == "| entropy per token | — | — | — |"
+
+
+def test_calib_cost_columns_only_when_asked(tmp_path):
+    _staleness_run(tmp_path / "runs")
+    rows, absent = read_rows([tmp_path / "runs"])
+    plain, cost = calib_table(rows), calib_table(rows, cost=True)
+    assert plain[0].endswith("| pooled neg<-1 |") and cost[0].endswith("| s/update | train s/update |")
+    assert cost[2].endswith("| 10.7 | 4.67 |")  # 64/6 and 28/6 (module: seconds with 3 significant digits)
+    assert cost[2].startswith(plain[2].rstrip(" |").rstrip())
+
+
+def test_cli_table_staleness_selects_the_model(tmp_path):
+    _staleness_run(tmp_path / "runs")
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    p = subprocess.run([sys.executable, "-m", "respo", "table", "staleness", str(tmp_path / "runs.csv"),
+                        "--model", "other"], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "no run left" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "respo", "table", "staleness", str(tmp_path / "runs.csv")],
+                       cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0 and "| k3 KL per token | 0 | 0.15 | 0.3 |" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "respo", "table", "headline", str(tmp_path / "runs.csv"), "--cost"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 2 and "--cost adds columns to the calib table only" in p.stderr
+
+
+def test_committed_real_report_tables_are_what_respo_table_makes(tmp_path, monkeypatch):
+    # the real model's tables (README.md and calib/table.md) are `respo table` blocks on the committed
+    # calib/runs.csv, regenerated by make_reports.sh; no ad-hoc script makes a figure there
+    import shutil
+
+    shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
+    monkeypatch.chdir(tmp_path)
+    for name, blocks in (("README.md", 2), ("calib/table.md", 2)):
+        md = tmp_path / "reports/real" / name
+        assert fill(md) == blocks, name
+        assert md.read_text() == (REPO / "reports/real" / name).read_text(), name
+    script = (REPO / "reports/real/make_reports.sh").read_text()
+    assert "respo table fill $R/README.md $R/calib/table.md" in script and "respo report" in script
+    assert not list((REPO / "reports/real").glob("**/*.py"))
+
+
+def test_an_update_mixing_staleness_levels_is_in_no_entry(tmp_path):
+    d = _staleness_run(tmp_path)
+    recs = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    recs[4].update({"staleness_mean": 1.5, "staleness_max": 2})  # update 5: half its batch at 1, half at 2
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run,) = load_runs([tmp_path])
+    row = run_row(run)
+    # staleness 1 is update 2 alone now; staleness 2 still updates 3 and 6; its time still counts (64/6)
+    assert row["staleness:kl_k3"] == pytest.approx([0.0, 0.1, 0.3])
+    assert row["staleness:entropy"] == pytest.approx([0.6, 0.4, 0.4])
+    assert row["seconds_per_update"] == pytest.approx(64 / 6)

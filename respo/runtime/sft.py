@@ -23,6 +23,10 @@ Command line (``respo sft`` takes the same flags)::
 
     python -m respo.runtime.sft --preset tiny-dense --threads 1   # caches under .cache/respo, where respo train looks
 
+``--record FILE`` then writes the warm start's record (built or found in the cache): its
+``respo_warm_start.json`` and, as ``command``, the ``respo sft`` command without ``--cache-dir`` and
+``--record``, so a report can commit exactly what it started from.
+
 Measured with the defaults (5-digit scratchpad addition, 32-token responses, batch 64, AdamW
 1e-3, target 0.3; one torch thread, one seed):
 
@@ -397,6 +401,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="torch threads (default: torch's; 1 is faster when other processes share the cores)")
     ap.add_argument("--force", action="store_true", help="retrain even if cached")
     ap.add_argument("--device", default="cpu", help="where SFT runs: cpu, cuda, cuda:K or auto (not part of the cache key)")
+    ap.add_argument("--record", default=None, metavar="FILE",
+                    help="also write the warm start's record to FILE (atomically): its cached respo_warm_start.json "
+                         "and, as \"command\", this command without --cache-dir and --record")
     defaults = SFTConfig()
     for name, f in SFTConfig.__dataclass_fields__.items():
         if name in ("task", "task_kwargs", "preset", "seed", "model_overrides"):
@@ -406,8 +413,63 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                         help=f"SFTConfig.{name} (default: {getattr(defaults, name)})")
 
 
+#: Flags that say where a warm start is kept or recorded, not what it is: left out of its recorded command.
+_WHERE_FLAGS = ("cache_dir", "record")
+
+
+def sft_command(args: argparse.Namespace) -> str:
+    """The ``respo sft`` command of parsed ``add_arguments`` flags: every flag whose value differs from its
+    default, in the parser's order, except `_WHERE_FLAGS`; an absolute path is written as its last part."""
+    import shlex
+
+    ap = argparse.ArgumentParser(add_help=False)
+    add_arguments(ap)
+    words, seen = ["python", "-m", "respo", "sft"], set()
+    for action in ap._actions:
+        dest = action.dest
+        if dest in seen or dest in _WHERE_FLAGS:
+            continue
+        seen.add(dest)
+        value = getattr(args, dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        elif dest == "task_kwargs":
+            words += ["--task-kwargs", json.dumps(value, sort_keys=True)]
+        else:
+            text = str(value)
+            words += [flag, Path(text).name if os.path.isabs(text) else text]
+    return shlex.join(words)
+
+
+def write_record(path: Path, args: argparse.Namespace, record_file: str | Path) -> dict:
+    """Write ``{"command": sft_command(args), **<path>/respo_warm_start.json}`` to ``record_file`` atomically
+    (a temporary file beside it, renamed); the record. A top-level value that is an absolute path (``source``,
+    where the pretrained model was read from) is written as its last part, as in the command."""
+    info = json.loads((Path(path) / INFO_FILE).read_text())
+    record = {"command": sft_command(args), **{k: Path(v).name if isinstance(v, str) and os.path.isabs(v) else v
+                                               for k, v in info.items()}}
+    out = Path(record_file)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(record, indent=1) + "\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return record
+
+
 def run_from_args(args: argparse.Namespace) -> WarmStart:
-    """Run ``warm_start`` from parsed ``add_arguments`` flags and print a JSON summary line."""
+    """Run ``warm_start`` from parsed ``add_arguments`` flags and print a JSON summary line; with ``--record
+    FILE``, then write the warm start's record (`write_record`)."""
+    record = getattr(args, "record", None)
+    if record is not None and not Path(record).parent.is_dir():
+        raise SFTSettingsError(f"--record {record}: directory {Path(record).parent} does not exist")
     if args.threads:
         torch.set_num_threads(args.threads)
     load_task(args.task, DEFAULT_TASK_KWARGS if args.task_kwargs is None and args.task == DEFAULT_TASK
@@ -420,13 +482,18 @@ def run_from_args(args: argparse.Namespace) -> WarmStart:
     if problem:
         raise SFTSettingsError(problem)
     if args.model:
-        return _run_pretrained(args, overrides)
+        path = _run_pretrained(args, overrides)
+        if record is not None:
+            write_record(path, args, record)
+        return path
     ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=args.task_kwargs,
                     force=args.force, verbose=True, device=args.device, **overrides)
     print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
                       "greedy_pass_rate": ws.greedy_pass_rate, "steps": ws.steps,
                       "stopped_by": ws.stopped_by, "train_seconds": ws.train_seconds,
                       "reused": ws.reused}))
+    if record is not None:
+        write_record(ws.path, args, record)
     return ws
 
 

@@ -15,8 +15,18 @@ step has log W = 0 exactly), and over all updates otherwise:
     pooled_pos_low_w, pooled_neg_low_w  fraction of all stale positives / negatives with log W < −1,
                                pooled from the log W histograms (count-weighted over stale updates)
     step_scores                JSON list: mean score of each complete rollout step (N updates; empty at N = 1)
+    seconds_per_update         Σ of every ``time/*`` of every logged update / updates logged: all phases, a rollout
+                               step's sampling and old log-probs shared out over its N updates
+    train_seconds_per_update   mean ``time/train`` (the training forward/backward of one update)
+    staleness:<metric>         JSON list, entry s = 0 .. N−1: mean of ``<metric>`` (`STALENESS_METRICS`) over the
+                               updates whose mini-batch had staleness s (``staleness_mean`` = s; an update mixing
+                               staleness levels, which only asynchronous runs have, is in no entry); null where no
+                               such update logged it
 
-``calib``: one row per run (a calibration sweep). ``headline``: per (lr, N, objective) mean ± sample
+``calib``: one row per run (a calibration sweep); ``--cost`` appends seconds per update and training
+seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
+per-staleness metrics (rows) at staleness 0 .. N−1 (columns), each the mean over the seeds that
+logged it. ``headline``: per (lr, N, objective) mean ± sample
 std over seeds, then each objective against the best baseline of its (lr, N) (GRPO or VESPO, by mean
 late mean) on late mean and held-out pass@1 with Welch's t-test, its 95 % interval, the p value
 adjusted within the table (Benjamini–Hochberg by default, ``--adjust holm``), the two one-sided
@@ -54,7 +64,8 @@ from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
-           "read_rows", "calib_table", "headline_tables", "regime_table", "replay_table", "fill", "add_arguments", "run"]
+           "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS", "regime_table",
+           "replay_table", "fill", "add_arguments", "run"]
 
 #: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
 CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
@@ -63,6 +74,8 @@ CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3"
 CSV_SAME_BATCH = {"same_batch_frac_pos_low_w": "same_batch/frac_pos_low_w",
                   "same_batch_respo_mass_share": "same_batch/respo_pos_low_w_mass_share",
                   "same_batch_vespo_mass_share": "same_batch/vespo_pos_low_w_mass_share"}
+#: runs.csv's ``staleness:<metric>`` columns: per-update metrics averaged per staleness level 0 .. N−1.
+STALENESS_METRICS = ("kl_k3", "log_w/p10", "frac_pos_low_w", "entropy")
 #: Updates at each end of a run whose scores are compared for on-policy stability.
 EDGE_UPDATES = 8
 #: Every column of runs.csv, in order (new columns are appended, so older files are a prefix).
@@ -70,7 +83,10 @@ COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "ro
            "updates_logged", "late_mean", "early_max", "pass@1", *(f"stale_mean:{k}" for k in CSV_METRICS),
            "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
            "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
-           "pooled_neg_low_w", "step_scores")
+           "pooled_neg_low_w", "step_scores", "seconds_per_update", "train_seconds_per_update",
+           *(f"staleness:{k}" for k in STALENESS_METRICS))
+#: Columns holding a JSON list of numbers (null for an empty entry).
+_LIST = {"step_scores", *(f"staleness:{k}" for k in STALENESS_METRICS)}
 _TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode"}
 _INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
 _BOOL = {"routing_replay", "finished"}
@@ -93,6 +109,24 @@ def _steps(run: Run) -> list[float]:
     return [sum(s[i * n:(i + 1) * n]) / n for i in range(len(s) // n)]
 
 
+def _by_staleness(run: Run, key: str) -> list[float]:
+    """Entry s = 0 .. N−1: mean of ``key`` over the updates with ``staleness_mean`` = s (NaN where none logged it)."""
+    n = run.coords["reuse"] or 1
+    return [nanmean(r.get(key) for r in run.records if r.get("staleness_mean") == s) for s in range(n)]
+
+
+def _seconds_per_update(run: Run) -> float:
+    """Σ over the logged updates of all their ``time/*`` phases / the number of updates logged."""
+    if not run.records:
+        return math.nan
+    total = sum(v for r in run.records for k, v in r.items() if k.startswith("time/") and v is not None)
+    return total / len(run.records)
+
+
+def _g6(x: float) -> float:
+    return float(f"{x:.6g}") if math.isfinite(x) else math.nan
+
+
 def run_row(run: Run) -> dict:
     """The runs.csv row of one run (`COLUMNS`; module docstring), numbers as floats (NaN when absent)."""
     c, s = run.coords, run.scores
@@ -111,6 +145,9 @@ def run_row(run: Run) -> dict:
                 "entropy_late": nanmean(ent[-late_count(len(ent)):]) if ent else math.nan,
                 "pooled_pos_low_w": pooled_low_fraction(run, "pos"), "pooled_neg_low_w": pooled_low_fraction(run, "neg"),
                 "step_scores": [round(x, 6) for x in _steps(run)]})
+    row.update({"seconds_per_update": _seconds_per_update(run),
+                "train_seconds_per_update": run_mean(run, "time/train")})
+    row.update({f"staleness:{k}": [_g6(x) for x in _by_staleness(run, k)] for k in STALENESS_METRICS})
     return row
 
 
@@ -122,7 +159,8 @@ def write_runs_csv(runs: Iterable[Run], path: Path) -> None:
         for r in sorted(runs, key=lambda r: r.path.name):
             row = run_row(r)
             w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
-                        json.dumps(v) if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
+                        json.dumps([None if isinstance(x, float) and not math.isfinite(x) else x for x in v])
+                        if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
                         for v in (row[k] for k in COLUMNS)])
 
 
@@ -132,10 +170,10 @@ def _parse(path: Path, line: int, col: str, text: str):
     if col in _BOOL:
         return text.strip().lower() in ("true", "1", "yes")
     if text.strip() == "":
-        return [] if col == "step_scores" else math.nan
+        return [] if col in _LIST else math.nan
     try:
-        if col == "step_scores":
-            return [float(x) for x in json.loads(text)]
+        if col in _LIST:
+            return [math.nan if x is None else float(x) for x in json.loads(text)]
         return int(text) if col in _INT else float(text)
     except (ValueError, TypeError, json.JSONDecodeError):
         raise TableError(f"{path}: line {line}, column {col}: not a number: {text!r}") from None
@@ -155,7 +193,7 @@ def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
         raise TableError(f"{path}: not a runs.csv (missing column(s) {', '.join(need)})")
     rows = []
     for i, r in enumerate(table, start=2):
-        row = {c: (_parse(path, i, c, r[c]) if c in header else ([] if c == "step_scores" else
+        row = {c: (_parse(path, i, c, r[c]) if c in header else ([] if c in _LIST else
                                                                   "" if c in _TEXT else math.nan)) for c in COLUMNS}
         rows.append(row)
     return rows, {c for c in COLUMNS if c not in header}
@@ -208,17 +246,55 @@ _CALIB_COLS = ("first8_score", "last8_score", "late_mean", "early_max", "pass@1"
                "pooled_neg_low_w")
 
 
-def calib_table(rows: list[dict], absent: set[str] = frozenset()) -> list[str]:
+_COST_HEAD = ("s/update", "train s/update")
+_COST_COLS = ("seconds_per_update", "train_seconds_per_update")
+
+
+def _g3(x: float) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+
+
+def calib_table(rows: list[dict], absent: set[str] = frozenset(), *, cost: bool = False) -> list[str]:
     """One line per run, sorted by (lr, objective, N, seed): scores, held-out pass@1, per-token
-    entropy and the stale-update diagnostics (module docstring)."""
-    out = ["| " + " | ".join(CALIB_HEAD) + " |", "|" + "---|" * len(CALIB_HEAD)]
+    entropy and the stale-update diagnostics (module docstring); with ``cost``, then seconds per update
+    and training seconds per update (3 significant digits)."""
+    head = CALIB_HEAD + (_COST_HEAD if cost else ())
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: (r["lr"], r["objective"], r["reuse"], r["seed"])):
         digits = {"stale_mean:log_w/p10": 2, "stale_mean:kl_k3": 4, "entropy_early": 3, "entropy_late": 3}
         cells = [r["objective"], str(r["reuse"]), f"{r['lr']:g}", str(r["seed"]),
                  f"{r['updates_logged']}/{r['updates']}" + ("" if r["finished"] else " (running)")]
         cells += [_f(r[c], digits.get(c, 3)) for c in _CALIB_COLS]
+        cells += [_g3(r[c]) for c in _COST_COLS] if cost else []
         out.append("| " + " | ".join(cells) + " |")
-    return out + _absent_note(absent, _CALIB_COLS)
+    return out + _absent_note(absent, _CALIB_COLS + (_COST_COLS if cost else ()))
+
+
+#: ``respo table staleness``'s rows: runs.csv column -> label.
+STALENESS_ROWS = {"staleness:kl_k3": "k3 KL per token", "staleness:log_w/p10": "log W p10",
+                  "staleness:frac_pos_low_w": "positives with log W < −1", "staleness:entropy": "entropy per token"}
+
+
+def staleness_tables(rows: list[dict], absent: set[str] = frozenset()) -> list[str]:
+    """Per (model, objective, N, lr) of finished runs: one table, a row per `STALENESS_ROWS` metric, a column per
+    staleness s = 0 .. N−1; a cell is the mean over the seeds that logged the metric at s (3 significant
+    digits; — where none did)."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["finished"]:
+            cells.setdefault((r["model"], r["lr"], r["objective"], r["reuse"]), []).append(r)
+    if not cells:
+        raise TableError("no finished runs to tabulate")
+    out: list[str] = []
+    for (model, lr, obj, n), rs in sorted(cells.items()):
+        if out:
+            out.append("")
+        out += [f"{model}: {obj}, N = {n}, lr {lr:g} ({len(rs)} seed{'s' if len(rs) != 1 else ''}):", "",
+                "| staleness | " + " | ".join(str(s) for s in range(n)) + " |", "|" + "---|" * (n + 1)]
+        for col, label in STALENESS_ROWS.items():
+            vals = [_g3(nanmean(r[col][s] for r in rs if len(r[col]) > s)) for s in range(n)]
+            out.append(f"| {label} | " + " | ".join(vals) + " |")
+    return out + _absent_note(absent, STALENESS_ROWS)
 
 
 def _ms(xs: list[float], digits: int = 3) -> str:
@@ -410,9 +486,11 @@ def fill(path: Path) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=("calib", "headline", "regime", "replay", "fill"),
-                   help="calib: one row per run; headline: objectives over seeds; regime: GRPO's log W spread per "
-                        "response length and lr (LENGTH=runs.csv arguments); replay: each objective with routing replay against without; fill: regenerate the table blocks of "
+    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "fill"),
+                   help="calib: one row per run; staleness: per-staleness diagnostics per (model, objective, N, lr); "
+                        "headline: objectives over seeds; regime: GRPO's log W spread per response length and lr "
+                        "(LENGTH=runs.csv arguments); replay: each objective with MoE routing replay against without; "
+                        "fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
                                             "fill: markdown files)")
@@ -420,6 +498,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {MARGIN:g})")
     p.add_argument("--adjust", choices=("holm", "bh"), default="bh",
                    help="multiplicity adjustment within the headline table (default bh: Benjamini–Hochberg)")
+    p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
     p.add_argument("--objectives", default=None, help="comma-separated objectives to keep (default: all)")
@@ -457,6 +536,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the table ``args.kind`` of the runs under ``args.paths``; bad input raises `TableError`."""
     if not args.margin > 0 or math.isinf(args.margin):
         raise TableError(f"--margin must be a positive number, got {args.margin}")
+    if args.cost and args.kind != "calib":
+        raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
     if args.kind == "fill":
         for f in args.paths:
             print(f"{f}: {fill(Path(f))} table block(s) regenerated")
@@ -476,7 +557,9 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "calib":
-        lines = calib_table(rows, absent)
+        lines = calib_table(rows, absent, cost=args.cost)
+    elif args.kind == "staleness":
+        lines = staleness_tables(rows, absent)
     else:
         lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust)
     print("\n".join(lines))

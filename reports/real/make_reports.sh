@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Regenerates every table of reports/real from the committed calib/runs.csv; given run directories (or the
+# calibration sweep's --out directory), first rewrites calib/report.md, its figures and calib/runs.csv from them.
+# Run from the repository root:
+#   bash reports/real/make_reports.sh                                    # tables only, from calib/runs.csv
+#   bash reports/real/make_reports.sh runs/real/calib/runs/*             # report, runs.csv and tables from runs
+# TITLE overrides the report's first heading.
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+R=reports/real
+TITLE=${TITLE:-"Real model (SmolLM2-135M-Instruct): regime calibration"}
+
+if [ "$#" -gt 0 ]; then
+  $PY -m respo report "$@" --out $R/calib --title "$TITLE"
+fi
+
+# tables from runs.csv (the run directories are not needed): the blocks of README.md and calib/table.md
+$PY -m respo table fill $R/README.md $R/calib/table.md
