@@ -168,3 +168,30 @@ def test_a_sweep_measures_its_starting_policy_on_the_prompts_the_runs_see(conver
     _prewarm([RunSpec("r", {})], base, threads=1, sweep_dir=tmp_path / "sweep")
     assert len(seen) == 2 and all(p.startswith("<|im_start|>") for p in seen), seen
     assert (tmp_path / "sweep" / "baseline_eval" / f"{NAME}.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_pretrained_warm_start_runs_on_the_asked_device_and_records_it(converted, tmp_path, capsys):
+    """`respo sft --model smollm2-135m-instruct --device auto` at smoke size (1 step of 2 demonstrations, 2 + 2
+    evaluation prompts of 8 tokens): built where asked (CUDA when there is one), recorded in the info file, and
+    not part of the cache key (the directory is the one a CPU build would use)."""
+    from respo.cli import main
+    from respo.runtime.precision import resolve_device
+    from respo.runtime.pretrained_sft import PretrainedSFTConfig
+    from respo.runtime.sft import INFO_FILE, cache_path
+
+    (tmp_path / "packaged").mkdir()
+    (tmp_path / "packaged" / converted.name).symlink_to(converted)  # reuse the conversion, read only
+    small = {"max_steps": 1, "batch_size": 2, "eval_prompts": 2, "eval_n": 2, "max_new_tokens": 8}
+    argv = ["sft", "--model", NAME, "--task", "worded_addition", "--cache-dir", str(tmp_path), "--device", "auto"]
+    for k, v in small.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    assert main(argv) == 0
+    path = Path(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["path"])
+    from respo.runtime.tasks import task_defaults
+
+    key = PretrainedSFTConfig(model=NAME, task="worded_addition", task_kwargs=task_defaults("worded_addition"),
+                              **small).key()
+    assert path == cache_path(tmp_path, NAME, "worded_addition", key)
+    info = json.loads((path / INFO_FILE).read_text())
+    assert info["device"] == str(resolve_device("auto")) and info["steps"] == 1
