@@ -107,14 +107,14 @@ if [ "$SIZE" = smoke ]; then  # the script's own check: a few responses of 16 to
   REGIME=${REGIME:-"1:2 2:2"}; REGIME_LRS=${REGIME_LRS:-1e-6}
   PILOT_N=${PILOT_N:-2}; PILOT_LR=${PILOT_LR:-1e-5}; PILOT_SEEDS=${PILOT_SEEDS:-0}; PILOT_UPDATES=${PILOT_UPDATES:-2}
   PILOT_EVAL=${PILOT_EVAL:-2}
-  SMALL=(--set prompts=1 --set group_size=2 --set max_new_tokens=16 --set micro_batch=2)
+  G=2; SMALL=(--set prompts=1 --set group_size=$G --set max_new_tokens=16 --set micro_batch=2)
 else
   JOBS=${JOBS:-8}; REGIME_JOBS=${REGIME_JOBS:-4}; REGIME_PARALLEL=${REGIME_PARALLEL:-1}; THREADS=${THREADS:-}
   SFT_JSON='{}'  # the warm start's defaults: the same cache key as the CPU-built one
   REGIME=${REGIME:-"1:32 8:8 32:32"}; REGIME_LRS=${REGIME_LRS:-1e-6,3e-6,1e-5,3e-5}
   PILOT_N=${PILOT_N:-8,32}; PILOT_LR=${PILOT_LR:-1e-5}; PILOT_SEEDS=${PILOT_SEEDS:-0,1,2}
   PILOT_UPDATES=${PILOT_UPDATES:-64}; PILOT_EVAL=${PILOT_EVAL:-64}
-  SMALL=()
+  G=8; SMALL=()  # calib.toml's B = 4 x G = 8
 fi
 PILOT_OBJECTIVES=grpo,vespo,respo,vespo+/respo-
 
@@ -242,13 +242,13 @@ if [ "$DRY_RUN" != 1 ]; then
       echo "One row per run (reports/real/calib_table.py):"; echo
       "$PYTHON" reports/real/calib_table.py "$WORK"/regime/N* 2>&1
       echo; echo "respo table calib:"; echo
-      "$PYTHON" -m respo table calib "$OUT/regime_runs.csv" --model "$LABEL" 2>&1
+      "$PYTHON" -m respo table calib "$OUT/regime_runs.csv" --model "$LABEL" --group-size "$G" 2>&1
       echo; echo "respo table regime (the on-policy control next to the largest N):"; echo
-      "$PYTHON" -m respo table regime "160=$OUT/regime_runs.csv" --model "$LABEL" 2>&1
+      "$PYTHON" -m respo table regime "160=$OUT/regime_runs.csv" --model "$LABEL" --group-size "$G" 2>&1
     } > "$OUT/regime_tables.md"
   fi
   if report pilot "$WORK/pilot"; then
-    "$PYTHON" -m respo table headline "$OUT/pilot_runs.csv" --model "$LABEL" --updates "$PILOT_UPDATES" \
+    "$PYTHON" -m respo table headline "$OUT/pilot_runs.csv" --model "$LABEL" --group-size "$G" --updates "$PILOT_UPDATES" \
       > "$OUT/pilot_headline.md" 2>&1
   fi
   for f in "$WORK"/logs/*.log; do echo "== $f"; tail -n 12 "$f"; done > "$OUT/logs_tail.txt" 2>&1
