@@ -107,6 +107,26 @@ def test_conversion_gives_the_documented_model_and_special_tokens(converted):
 
 
 @pytest.mark.slow
+def test_a_conversion_from_a_gguf_directory_is_the_packaged_model(converted, tmp_path, monkeypatch):
+    """RESPO_PACKAGED_DIR end to end: the GGUF file alone (as a machine with no package index gets it) converts into
+    the same weights as the package's, saved as a plain model (transformers >= 5.1x loads a GGUF through a
+    quantizer whose model would not save as it is)."""
+    from safetensors.torch import load_file
+
+    (tmp_path / "gguf").mkdir()
+    link = tmp_path / "gguf" / Path(PACKAGED[NAME].file).name
+    link.symlink_to(packaged._gguf_path(PACKAGED[NAME]))
+    monkeypatch.setenv(packaged.PACKAGED_DIR_ENV, str(tmp_path / "gguf"))
+    out = resolve_packaged(NAME, tmp_path / "cache")
+    assert out.name == converted.name and json.loads((out / packaged.PACKAGED_INFO).read_text())["gguf"] == str(link)
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    ours, theirs = load_file(str(out / "model.safetensors")), load_file(str(converted / "model.safetensors"))
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        assert torch.equal(ours[k], theirs[k]), k
+
+
+@pytest.mark.slow
 def test_a_converted_model_is_reused_not_converted_again(converted, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("converted again")

@@ -193,6 +193,7 @@ def resolve_packaged(name: str, cache_dir: str | Path, *, verbose: bool = True) 
 def _convert(entry: PackagedModel, gguf: Path, out: Path) -> dict:
     """Dequantise ``gguf`` into ``out``: float32 safetensors, tokenizer with ``entry``'s EOS and pad."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -205,8 +206,14 @@ def _convert(entry: PackagedModel, gguf: Path, out: Path) -> dict:
     tokenizer.padding_side = "left"
     if not getattr(tokenizer, "chat_template", None):
         raise PackagedModelError(f"{entry.name}: the GGUF file carries no chat template")
+    # transformers >= 5.1x loads a GGUF through a quantizer that may keep the weights in GGUF blocks (where a
+    # kernel exists for the device) and refuses to save the model; ask for dense weights and drop the quantizer
+    # once they are in place, so the saved directory is a plain float32 model (older versions dequantise anyway)
+    extra = {"quantization_config": transformers.GgufConfig(dequantize=True)} if hasattr(transformers, "GgufConfig") else {}
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                 local_files_only=True)
+                                                 local_files_only=True, **extra)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
     for cfg in (model.config, model.generation_config):
         cfg.eos_token_id = tokenizer.eos_token_id
         cfg.pad_token_id = tokenizer.pad_token_id
