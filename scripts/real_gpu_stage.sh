@@ -14,18 +14,21 @@
 # lacks only gguf (the `real` extra: transformers reads the GGUF with it). reasoning-gym and math-verify
 # (the `train` extra) are missing too but imported only by the tasks that need them (reasoning-gym tasks,
 # non-integer answers); worded_addition's answers are integers, so they stay behind. pyproject pins
-# transformers < 5.11 (constraints.txt: 5.10.4 with tokenizers 0.22.2; 5.10.4 refuses the image's
-# tokenizers 0.23.2): PIN_TRANSFORMERS=1 also stages that pair (~15 MB more) for a rerun should respo
-# not work with 5.17.
+# transformers < 5.11 (constraints.txt: 5.10.4 with tokenizers 0.22.2), but respo was checked on the CPU
+# with the image's transformers 5.17.0 and tokenizers 0.23.2 (the GGUF's conversion, bit-identical to
+# 5.10.4's; the sampler's KV cache against a full forward; one update; the warm start's SFT; the whole
+# grid at smoke size). PIN_TRANSFORMERS=1 also stages the pinned pair (~15 MB more; 5.10.4 refuses
+# tokenizers 0.23.2, hence both) in case the GPU build of torch 2.11 behaves otherwise.
 #
-# Environment: PYTHON [.venv/bin/python, else python3], PART_MIB [48], PIN_TRANSFORMERS [0], NAME
+# Environment: PYTHON [.venv/bin/python, else python3], PART_MIB [48; 40 with PIN_TRANSFORMERS=1, whose
+# wheels travel with the first part], PIN_TRANSFORMERS [0], NAME
 # [smollm2-135m-instruct].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-PART_MIB=${PART_MIB:-48}
+if [ "${PIN_TRANSFORMERS:-0}" = 1 ]; then PART_MIB=${PART_MIB:-40}; else PART_MIB=${PART_MIB:-48}; fi
 NAME=${NAME:-smollm2-135m-instruct}
 STAGE=.gpu_stage
 mkdir -p "$STAGE/gguf" "$STAGE/whl"
@@ -51,9 +54,16 @@ rm -f "$STAGE"/whl/*.whl
 
 echo "staged under $STAGE/ (sizes in MiB):"
 du -m "${PARTS[@]}" "$STAGE/whl"/*.whl
+# what each call carries besides the working tree (tracked and untracked files), against the 64 MiB limit
+TREE=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
+FIRST=$(( TREE + $(du -cb "${PARTS[0]}" "$STAGE/gguf/$FILE.sha256" "$STAGE"/whl/*.whl | tail -n 1 | cut -f1) ))
+echo "call 1 sends ~$((FIRST / 1048576)) MiB (working tree $((TREE / 1048576)) MiB), the others less"
+if [ "$FIRST" -gt $((62 * 1048576)) ]; then
+  echo "the first call would send more than 62 MiB: lower PART_MIB" >&2; exit 1
+fi
 echo
-echo "Bring it with the device tool, two calls in a row (the second while the machine is still warm: the"
-echo "first part, left in the ignored folder, stays there between calls on a warm machine):"
+echo "Bring it with the device tool, ${#PARTS[@]} calls in a row (each next one while the machine is still warm: the"
+echo "parts already sent, left in the ignored folder, stay there between calls on a warm machine):"
 echo
 echo "call 1  carry: [\"${PARTS[0]}\", \"$STAGE/gguf/$FILE.sha256\", \"$STAGE/whl\"]"
 echo "        command: nvidia-smi -L; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; ls -la $STAGE/gguf $STAGE/whl"
@@ -69,4 +79,4 @@ for ((i = 1; i < ${#PARTS[@]}; i++)); do
 done
 echo
 echo "scripts/real_gpu_grid.sh installs $STAGE/whl/*.whl into its work folder itself (pip --no-index --target) and"
-echo "keeps its sweeps in .gpu_work/, so a third call with the same command (no carry) continues the grid."
+echo "keeps its sweeps in .gpu_work/, so another call with the same command (no carry) continues the grid."
