@@ -39,8 +39,8 @@ from pathlib import Path
 
 from respo.errors import RespoError
 
-__all__ = ["PackagedModel", "PACKAGED", "PACKAGED_INFO", "PACKAGED_DIR_ENV", "PackagedModelError", "is_packaged", "packaged_problem",
-           "resolve_packaged", "install_command"]
+__all__ = ["PackagedModel", "PACKAGED", "PACKAGED_INFO", "PACKAGED_DIR_ENV", "PackagedModelError", "is_packaged",
+           "packaged_problem", "resolve_packaged", "install_command"]
 
 PACKAGED_INFO = "respo_packaged.json"
 #: Environment variable naming a directory that holds packaged GGUF files (used instead of the distributions).
@@ -209,7 +209,9 @@ def _convert(entry: PackagedModel, gguf: Path, out: Path) -> dict:
     # transformers >= 5.1x loads a GGUF through a quantizer that may keep the weights in GGUF blocks (where a
     # kernel exists for the device) and refuses to save the model; ask for dense weights and drop the quantizer
     # once they are in place, so the saved directory is a plain float32 model (older versions dequantise anyway)
-    extra = {"quantization_config": transformers.GgufConfig(dequantize=True)} if hasattr(transformers, "GgufConfig") else {}
+    extra = {}
+    if hasattr(transformers, "GgufConfig"):
+        extra["quantization_config"] = transformers.GgufConfig(dequantize=True)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                  local_files_only=True, **extra)
     if getattr(model, "hf_quantizer", None) is not None:
