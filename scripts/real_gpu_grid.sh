@@ -22,8 +22,11 @@
 # continues (finished runs are skipped, interrupted ones resume from their last checkpoint, a cached
 # warm start is reused).
 #
-# Expected times on one H200 (ESTIMATES, not measurements: nothing of this has run on a GPU yet; the
-# first run's summary.txt and tables (s/update) replace them). Assumptions: a decode step of this
+# Checked on the CPU only: at smoke size (DEVICE=cpu) with transformers 5.10.4 and with the GPU image's
+# 5.17.0 (the model from the joined GGUF through RESPO_PACKAGED_DIR), a first call cut by its budget and
+# the rerun that finished it. Never run on a GPU yet.
+# Expected times on one H200 (ESTIMATES, not measurements; the first run's summary.txt and tables
+# (s/update, GPU memory peak) replace them). Assumptions: a decode step of this
 # 30-layer model is launch-bound at ~20 ms whatever the rows (up to 1,024), so a rollout step of
 # <= 160 tokens costs ~3-4 s at any N; an update (32 x ~260 tokens, 4 micro-batches, plus old
 # log-probs) ~0.5 s; a run's fixed cost ~25 s (imports, CUDA context, loading, a 1.6 GB checkpoint,
