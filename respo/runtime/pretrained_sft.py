@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from .chat import ChatTask
-from .precision import mixed_precision
+from .precision import mixed_precision, resolve_device
 from .sampler import sample
 from .sft import INFO_FILE, build_atomically, cache_path, encode_pairs, settings_key, sft_loss
 from .tasks import get_task, load_task, score_batch, task_defaults
@@ -109,8 +109,9 @@ def evaluate_sampled(model, tokenizer, task, examples, *, max_new_tokens: int, t
             "n": len(rewards), "examples": shown}
 
 
-def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log) -> dict:
+def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log, device: torch.device) -> dict:
     model, tokenizer = load_pretrained(source)
+    model.to(device)
     task = ChatTask(get_task(cfg.task, **cfg.task_kwargs), tokenizer)
     rng = random.Random(f"pretrained-sft|{cfg.seed}")
     pool = task.examples("train", cfg.batch_size * 100, seed=cfg.seed)
@@ -131,7 +132,7 @@ def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log) -> dict:
             ids, attn, P, mask = encode_pairs(tokenizer, [ex.prompt for ex in batch],
                                               [task.demonstration(ex) for ex in batch])
             with mixed_precision(model, cfg.dtype):
-                loss = sft_loss(model, ids, attn, P, mask)
+                loss = sft_loss(model, ids.to(device), attn.to(device), P, mask.to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -158,6 +159,7 @@ def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log) -> dict:
     t1 = time.perf_counter()
     final = evaluate_sampled(model, tokenizer, task, eval_final, max_new_tokens=max_new, seed=cfg.seed + 10**6)
     model.eval()
+    model.to("cpu")  # saved and reloaded from the CPU, wherever it was trained
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     info = {
@@ -170,7 +172,7 @@ def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log) -> dict:
         "steps": step, "stopped_by": stopped_by, "in_band": 0.15 <= final["pass"] <= 0.6,
         "train_seconds": round(train_seconds, 1), "final_eval_seconds": round(time.perf_counter() - t1, 1),
         "train_tokens": tokens, "max_new_tokens": max_new, "torch_threads": torch.get_num_threads(),
-        "history": history,
+        "device": str(device), "history": history,
     }
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=1))
     return info
@@ -178,12 +180,15 @@ def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log) -> dict:
 
 def warm_start_pretrained(model: str = "smollm2-135m-instruct", task_spec: str = DEFAULT_REAL_TASK,
                           cache_dir: str | Path = ".cache/respo", *, task_kwargs: dict | None = None,
-                          force: bool = False, verbose: bool = True, **config: Any) -> Path:
+                          force: bool = False, verbose: bool = True, device: str = "cpu", **config: Any) -> Path:
     """The cached warm-start directory for (model, task, settings), training it first if needed.
 
     Args:
         model: a packaged model name (``respo.runtime.packaged.PACKAGED``) or a local model directory.
         task_spec: a ``get_task`` spec whose task has demonstrations.
+        device: where SFT and its evaluations run ("cpu", "cuda", "cuda:K", "auto"). Not part of the cache key
+            (as for the preset warm start): one built on either device serves runs on both; its info file
+            records where it was built.
         **config: other ``PretrainedSFTConfig`` fields (lr, batch_size, max_steps, target_pass, ...).
     """
     from .packaged import is_packaged, resolve_packaged
@@ -200,7 +205,7 @@ def warm_start_pretrained(model: str = "smollm2-135m-instruct", task_spec: str =
     log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *_: None)
     print(f"warm start: building {path} by SFT of {cfg.model} on {task_spec} (up to {cfg.max_steps} steps)",
           file=sys.stderr, flush=True)
-    info = build_atomically(path, lambda tmp: _train(cfg, source, tmp, log))
+    info = build_atomically(path, lambda tmp: _train(cfg, source, tmp, log, resolve_device(device)))
     if not info["in_band"]:
         print(f"warm start {path.name}: sampled pass rate {info['pass_rate']:.3f} is outside [0.15, 0.6] "
               f"(stopped by {info['stopped_by']} after {info['steps']} steps)", file=sys.stderr, flush=True)
@@ -241,14 +246,16 @@ if __name__ == "__main__":
 
 
 def load_packaged_policy(name: str, task_spec: str, task_kwargs: dict, cache_dir: str | Path, *,
-                         warm_start: bool = True, sft_kwargs: dict | None = None, verbose: bool = True):
+                         warm_start: bool = True, sft_kwargs: dict | None = None, verbose: bool = True,
+                         device: str = "cpu"):
     """``(model, tokenizer, info)`` for packaged model ``name``: its cached warm start on the task (built first if
-    needed) or, with ``warm_start=False``, the converted checkpoint as shipped."""
+    needed, on ``device``) or, with ``warm_start=False``, the converted checkpoint as shipped. The model is returned
+    on the CPU."""
     from .packaged import resolve_packaged
 
     if warm_start:
         path = warm_start_pretrained(name, task_spec, cache_dir, task_kwargs=task_kwargs, verbose=verbose,
-                                     **(sft_kwargs or {}))
+                                     device=device, **(sft_kwargs or {}))
         model, tokenizer = load_pretrained(path)
         info = json.loads((path / INFO_FILE).read_text())
         return model, tokenizer, {"source": "warm_start", "packaged": name, "path": str(path), **info}

@@ -505,10 +505,8 @@ def _run_pretrained(args: argparse.Namespace, overrides: dict) -> Path:
     if unknown:
         raise SFTSettingsError(f"--model {args.model}: the pretrained warm start has no setting(s) "
                                f"{', '.join('--' + u.replace('_', '-') for u in unknown)}")
-    if args.device not in ("cpu", "auto"):
-        raise SFTSettingsError(f"--model {args.model}: the pretrained warm start runs on the CPU only, got --device {args.device}")
     path = warm_start_pretrained(args.model, args.task, args.cache_dir, task_kwargs=args.task_kwargs, force=args.force,
-                                 seed=args.seed, **overrides)
+                                 seed=args.seed, device=args.device, **overrides)
     info = json.loads((path / INFO_FILE).read_text())
     print(json.dumps({"path": str(path), **{k: info[k] for k in ("pass_rate", "mean_response_tokens", "steps",
                                                                "stopped_by", "train_seconds")}}))

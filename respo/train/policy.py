@@ -54,7 +54,8 @@ def _load(cfg: TrainConfig) -> Policy:
         return Policy(model, tok, {"source": "preset", "preset": cfg.model})
     if is_packaged(cfg.model):  # a pretrained checkpoint shipped in a package (respo.runtime.packaged)
         return Policy(*load_packaged_policy(cfg.model, cfg.task, _warm_kwargs(cfg)["task_kwargs"], cfg.cache_dir,
-                                            warm_start=cfg.warm_start, sft_kwargs=cfg.sft_kwargs, verbose=cfg.progress))
+                                            warm_start=cfg.warm_start, sft_kwargs=cfg.sft_kwargs, verbose=cfg.progress,
+                                            device=cfg.device))
     path = Path(cfg.model)
     if (path / INFO_FILE).is_file():
         model, tok, info = load_policy(path)
