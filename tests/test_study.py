@@ -149,6 +149,7 @@ def test_report_tables_from_hand_made_runs(tmp_path):
     assert "| respo | **0.200 ± 0.000 (2)** | **0.300 ± 0.000 (2)** |" in early  # N = 1: a tie at 0.2
     best = text.split("best learning rate per N")[1].split("###")[0]
     assert "| respo | **0.500 ± 0.000 (2)** [3e-05] | **0.700 (1)** [1e-05] |" in best
+    assert "No run here got past its first rollout step" not in best  # 16 updates at N = 8: two steps
     abl = text.split("## Branch ablation")[1]
     assert re.search(r"\| respo\+/vespo- \| \*\*0\.350 \(1\)\*\* \|", abl) is None  # grpo's 0.5 is best at N = 8
     assert "| respo+/vespo- | 0.350 (1) |" in abl
@@ -269,6 +270,17 @@ def test_score_windows_are_the_papers():
     s = [i / 1024 for i in range(1, 1025)]
     assert late_mean(s) == pytest.approx(960.5 / 1024)
     assert early_max(s) == pytest.approx(256 / 1024)
+
+
+def test_report_says_when_no_run_left_its_first_rollout_step(tmp_path):
+    # GRPO at N = 8, 8 updates each, two learning rates: every update trains on the first rollout step's
+    # samples (the starting policy's), so their scores are the same and the best-lr table ranks nothing.
+    sweep = tmp_path / "sweep"
+    for lr in (1e-6, 1e-5):
+        _fake_run(sweep, "grpo", 8, lr, 0, [0.4] * 7 + [0.6])
+    text = build_report([sweep], tmp_path / "report", command="respo report sweep").read_text()
+    best = text.split("best learning rate per N")[1].split("###")[0]
+    assert "No run here got past its first rollout step" in best
 
 
 def test_report_compares_a_few_ordinary_runs(tmp_path):

@@ -177,6 +177,10 @@ def _best_lr_tables(base: list[Run], objs: list[str], model: str, heatmap: Path)
     lines = ["### Late mean at each objective's best learning rate per N", "",
              f"Learning rates tried: {', '.join(f'{x:g}' for x in lrs)}; the best lr (by mean late mean) is in "
              "brackets. Where the best lr has one seed the cell is one run.", ""]
+    if all(len(r.records) <= r.coords["reuse"] for r in base):
+        lines += ["**No run here got past its first rollout step** (updates ≤ N): every training score is of "
+                  "the starting policy's own samples (the same at every learning rate for one seed), so these late "
+                  "means rank no learning rate; only the log W diagnostics below differ.", ""]
     lines += _table(objs, Nall, best_cells, col_name=lambda n: f"N = {n}",
                     suffix={k: f" [{v:g}]" for k, v in best_lr.items()}) + [""]
     cells = {(o, x, n): lm[(o, n, x)][0] for o in objs for x in lrs for n in Nall if (o, n, x) in lm}
