@@ -15,9 +15,16 @@ if [ -d runs/long ]; then
   # 256 tokens: calibration and headline cell (64 updates; they share one sweep directory)
   $PY -m respo report runs/long/calib-256/runs/* --out $R/calib-256 --title "Long responses: 256 tokens" --shared-lr 1e-4
 fi
-if [ -d runs/long/corr-pilot ]; then
-  # the staleness corrections' pilot at 128 tokens (its own, rebuilt warm start; not pooled by recommend)
-  $PY -m respo report runs/long/corr-pilot/runs/* --out $R/corr-pilot-128 --title "Staleness corrections at 128 tokens: pilot" --shared-lr 3e-5
+if compgen -G "runs/long/corr-pilot/runs/*_s[34]_u64" > /dev/null; then
+  # the staleness corrections' pilot at 128 tokens (its own, rebuilt warm start; not pooled by the long
+  # recommendation). Seeds 0-2's run directories are gone: their runs.csv is kept as committed, and seeds
+  # 3 and 4 (run later on the same warm start, rebuilt bit for bit) have their own report and runs.csv.
+  $PY -m respo report runs/long/corr-pilot/runs/*_s[34]_u64 --out $R/corr-pilot-128/seeds-3-4 \
+      --title "Staleness corrections at 128 tokens: pilot, seeds 3 and 4" --shared-lr 3e-5
+fi
+if [ -d runs/long/moe128 ]; then
+  # the MoE cell at 128 tokens: VESPO, ReSPO and TIS with and without routing replay (tiny-moe warm start)
+  $PY -m respo report runs/long/moe128/runs/* --out $R/moe-128 --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
 fi
 
 # tables from runs.csv (the run directories are not needed)
@@ -28,6 +35,7 @@ $PY -m respo table calib $R/calib-256/runs.csv > $R/calib-256/table.md
 $PY -m respo table headline $R/calib-256/runs.csv --reuse 32 --lrs 1e-4 > $R/calib-256/headline.md
 $PY -m respo table fill $R/report.md
 $PY -m respo table fill $R/corr-pilot-128/README.md
+if [ -f $R/moe-128/README.md ]; then $PY -m respo table fill $R/moe-128/README.md; fi
 
 # which objective to use, per response length x N (32 tokens: the staleness study)
 $PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \
