@@ -4,14 +4,16 @@
 # Run from the repository root:
 #   bash reports/real/make_reports.sh                                    # tables only, from calib/runs.csv
 #   bash reports/real/make_reports.sh runs/real/calib/runs/*             # report, runs.csv and tables from runs
-# TITLE overrides the report's first heading.
+#   CELLS=calib-b1 bash reports/real/make_reports.sh runs/real/calib-b1/runs/*   # the B = 1 probe of N = 32
+# TITLE overrides the report's first heading; CELLS names the folder under reports/real (default calib).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 R=reports/real
+CELLS=${CELLS:-calib}
 TITLE=${TITLE:-"Real model (SmolLM2-135M-Instruct): regime calibration"}
 
 if [ "$#" -gt 0 ]; then
-  $PY -m respo report "$@" --out $R/calib --title "$TITLE"
+  $PY -m respo report "$@" --out $R/$CELLS --title "$TITLE"
 fi
 
 # tables from runs.csv (the run directories are not needed): the blocks of README.md and calib/table.md
