@@ -13,8 +13,8 @@
 #      float32) at lr in $REGIME_LRS and N = 1 (32 updates: does the lr still improve on-policy?),
 #      N = 8 (8 updates = one rollout step, staleness 0..7) and N = 32 (32 updates = one rollout step,
 #      staleness 0..31): three sweeps (one per N, updates differ) running side by side, 12 runs.
-#   c. pilot: grpo, vespo, respo and the crossed ablation vespo+/respo- (VESPO's positive branch with
-#      ReSPO's negative one; the sweep's label) at N = 8 and 32, lr $PILOT_LR, seeds 0,1,2, 64 updates
+#   c. pilot: grpo, vespo, respo and respo+/vespo- (ReSPO's positive branch with VESPO's negative one:
+#      does the positive branch help once the negative one is safe? the sweep's label) at N = 8 and 32, lr $PILOT_LR, seeds 0,1,2, 64 updates
 #      each, 64 held-out prompts evaluated before and after: 24 runs, $JOBS at a time (seeds first, so a
 #      pilot cut short has complete seeds).
 #   d. `respo report` and `respo table` on what finished.
@@ -119,7 +119,7 @@ else
   PILOT_UPDATES=${PILOT_UPDATES:-64}; PILOT_EVAL=${PILOT_EVAL:-64}
   G=8; SMALL=()  # calib.toml's B = 4 x G = 8
 fi
-PILOT_OBJECTIVES=grpo,vespo,respo,vespo+/respo-
+PILOT_OBJECTIVES=grpo,vespo,respo,respo+/vespo-
 
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"

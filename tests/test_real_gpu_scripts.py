@@ -53,7 +53,7 @@ def test_the_gpu_grid_plans_the_regime_and_the_pilot(tmp_path):
     pilot = cmds["pilot"]
     assert len(pilot) == 24
     names = Counter(Path(_flag(c, "out-dir")).name.split("_")[1] for c in pilot)
-    assert names == {"grpo": 6, "vespo": 6, "respo": 6, "vespopos.responeg": 6}
+    assert names == {"grpo": 6, "vespo": 6, "respo": 6, "respopos.vesponeg": 6}
     assert Counter(_flag(c, "reuse") for c in pilot) == {"8": 12, "32": 12}
     assert Counter(_flag(c, "seed") for c in pilot) == {"0": 8, "1": 8, "2": 8}
     assert {_flag(c, "updates") for c in pilot} == {"64"} and {_flag(c, "lr") for c in pilot} == {"1e-05"}
