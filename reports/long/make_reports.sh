@@ -7,7 +7,7 @@ set -euo pipefail
 PY=${PY:-.venv/bin/python}
 R=reports/long
 
-if [ -d runs/long ]; then
+if [ -d runs/long/calib-128 ] && [ -d runs/long/h128 ] && [ -d runs/long/calib-256 ]; then
   # 128 tokens: calibration (64 updates, seed 0), pilot (64 updates, 3 seeds), main cell (256 updates)
   $PY -m respo report runs/long/calib-128/runs/*_u64 --out $R/calib-128 --title "Long responses: 128-token calibration"
   $PY -m respo report runs/long/calib-128/runs/*_s? --out $R/headline-128 --title "Long responses: 128-token headline pilot" --shared-lr 3e-5
