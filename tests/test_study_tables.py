@@ -166,9 +166,12 @@ def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monke
     report = tmp_path / "reports/long/report.md"
     assert fill(report) == 7
     assert report.read_text() == (REPO / "reports/long/report.md").read_text()
-    pilot = tmp_path / "reports/long/corr-pilot-128/README.md"
-    assert fill(pilot) == 1
-    assert pilot.read_text() == (REPO / "reports/long/corr-pilot-128/README.md").read_text()
+    # the corrections' pilot (headline table and recommendation over both runs.csv) and the MoE cell
+    # (headline without and with routing replay, and replay's effect)
+    for name, blocks in (("corr-pilot-128/README.md", 2), ("moe-128/README.md", 3)):
+        md = tmp_path / "reports/long" / name
+        assert fill(md) == blocks, name
+        assert md.read_text() == (REPO / "reports/long" / name).read_text(), name
     R = "reports/long"
     for argv, out in ((["calib", f"{R}/calib-128/runs.csv"], f"{R}/calib-128/table.md"),
                       (["headline", f"{R}/headline-128/runs.csv"], f"{R}/headline-128.md"),
