@@ -314,7 +314,7 @@ _HEAD_COLS = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "same_batch_respo
 def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin: float = MARGIN,
                     method: str = "bh") -> list[str]:
     """The headline cell's three tables (module docstring) from finished runs' rows."""
-    from respo.study.stats import ADJUST_METHODS, adjust, format_p, tost, verdict, welch
+    from respo.study.stats import ADJUST_METHODS, format_p, judge
 
     cells: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -331,7 +331,7 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
                    + " | ".join(vals) + " |")
     out += _absent_note(absent, _HEAD_COLS)
 
-    tests = []  # (lr, n, obj, best, metric, welch, tost)
+    tests = []  # (lr, n, obj, best, metric, a, b)
     for lr, n in sorted({(k[0], k[1]) for k in cells}):
         base = [o for o in BASELINES if (lr, n, o) in cells]
         if not base:
@@ -341,20 +341,19 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
             if (lr2, n2) != (lr, n) or obj == best:
                 continue
             for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
-                a, b = [r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]
-                tests.append((lr, n, obj, best, metric, welch(a, b), tost(a, b, margin)))
-    p_adj = adjust([t[5].p for t in tests], method)
-    q_adj = adjust([t[6].p for t in tests], method)
+                tests.append((lr, n, obj, best, metric, [r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]))
+    judged = judge([t[5:] for t in tests], margin=margin, method=method)
     name = ADJUST_METHODS[method].split(" (")[0]
     out += ["", f"Each objective against the best baseline of its (lr, N). p: Welch's two-sided t-test; p ({name}): "
             f"adjusted over the {len(tests)} tests of this table; TOST p: two one-sided tests of equivalence within "
             f"±δ = {margin:g}, adjusted the same way. Verdicts from the adjusted p values.", "",
             f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | Welch t (df) | p | p ({name}) | "
             f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
-    for (lr, n, obj, best, metric, w, eq), pa, qa in zip(tests, p_adj, q_adj):
+    for (lr, n, obj, best, metric, _, _), j in zip(tests, judged):
+        w = j.welch
         out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {w.diff:+.3f} | {_ci(w)} | "
-                   f"{_f(w.t, 2)} ({_f(w.df, 1)}) | {format_p(w.p)} | {format_p(pa)} | {format_p(qa)} | "
-                   f"{verdict(w, eq, p=pa, p_tost=qa)} |")
+                   f"{_f(w.t, 2)} ({_f(w.df, 1)}) | {format_p(w.p)} | {format_p(j.p_adj)} | {format_p(j.p_tost_adj)} | "
+                   f"{j.verdict} |")
 
     stale = {k: rs for k, rs in cells.items() if k[1] != 1}
     n_steps = max((len(r["step_scores"]) for rs in stale.values() for r in rs), default=0)
@@ -374,32 +373,31 @@ def replay_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh"
     """Routing replay's effect per (lr, N, objective): the mean over seeds with replay minus without,
     on late mean and held-out pass@1, with Welch's test, its 95 % interval, the p value adjusted over
     the table's tests, TOST within ±δ (adjusted the same way) and the verdict, from finished runs."""
-    from respo.study.stats import ADJUST_METHODS, adjust, format_p, tost, verdict, welch
+    from respo.study.stats import ADJUST_METHODS, format_p, judge
 
     cells: dict[tuple, dict[bool, list[dict]]] = {}
     for r in rows:
         if r["finished"]:
-            cells.setdefault((r["lr"], r["reuse"], r["objective"]), {}).setdefault(bool(r["routing_replay"]), []).append(r)
+            by = cells.setdefault((r["lr"], r["reuse"], r["objective"]), {})
+            by.setdefault(bool(r["routing_replay"]), []).append(r)
     tests = []
     for (lr, n, obj), by in sorted(cells.items()):
         if True in by and False in by:
             for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
-                a, b = [r[key] for r in by[True]], [r[key] for r in by[False]]
-                tests.append((lr, n, obj, metric, a, b, welch(a, b), tost(a, b, margin)))
+                tests.append((lr, n, obj, metric, [r[key] for r in by[True]], [r[key] for r in by[False]]))
     if not tests:
         raise TableError("no objective was run both with and without routing replay")
-    p_adj = adjust([t[6].p for t in tests], method)
-    q_adj = adjust([t[7].p for t in tests], method)
+    judged = judge([t[4:] for t in tests], margin=margin, method=method)
     name = ADJUST_METHODS[method].split(" (")[0]
     out = [f"Routing replay's effect: with replay minus without, per objective. p: Welch's two-sided t-test; "
            f"p ({name}): adjusted over the {len(tests)} tests of this table; TOST p: two one-sided tests of "
            f"equivalence within ±δ = {margin:g}, adjusted the same way. Verdicts from the adjusted p values.", "",
            f"| lr | N | objective | metric | seeds (replay / none) | with replay | without | difference | 95 % CI | "
            f"p | p ({name}) | TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 13]
-    for (lr, n, obj, metric, a, b, w, eq), pa, qa in zip(tests, p_adj, q_adj):
+    for (lr, n, obj, metric, a, b), j in zip(tests, judged):
         out.append(f"| {lr:g} | {n} | {obj} | {metric} | {len(a)} / {len(b)} | {_mean(a):.3f} | {_mean(b):.3f} | "
-                   f"{w.diff:+.3f} | {_ci(w)} | {format_p(w.p)} | {format_p(pa)} | {format_p(qa)} | "
-                   f"{verdict(w, eq, p=pa, p_tost=qa)} |")
+                   f"{j.welch.diff:+.3f} | {_ci(j.welch)} | {format_p(j.welch.p)} | {format_p(j.p_adj)} | "
+                   f"{format_p(j.p_tost_adj)} | {j.verdict} |")
     return out
 
 
