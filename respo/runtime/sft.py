@@ -61,6 +61,7 @@ from .models import build_policy
 from .precision import device_problem, resolve_device
 from .sampler import sample
 from respo.errors import RespoError
+from respo.fileio import write_text_atomic
 
 from .tasks import Task, get_task, load_task, score_batch, task_defaults, task_help
 from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
@@ -451,16 +452,7 @@ def write_record(path: Path, args: argparse.Namespace, record_file: str | Path) 
     info = json.loads((Path(path) / INFO_FILE).read_text())
     record = {"command": sft_command(args), **{k: Path(v).name if isinstance(v, str) and os.path.isabs(v) else v
                                                for k, v in info.items()}}
-    out = Path(record_file)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(record, indent=1) + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_text_atomic(record_file, json.dumps(record, indent=1) + "\n")
     return record
 
 

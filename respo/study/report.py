@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable
 
 from respo.errors import RespoError
+from respo.fileio import write_text_atomic
 from respo.study.aggregate import (STARVATION_KEYS, Run, best_per_column, early_max, fmt_cell, group_runs,
                                    late_mean, load_runs, mean_std, nanmean, pass_at_1, run_mean)
 from respo.study.tables import write_runs_csv
@@ -475,7 +476,7 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
         lines += ["None."]
     lines += [""]
     path = out_dir / "report.md"
-    path.write_text("\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))
     return path
 
 

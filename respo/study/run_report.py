@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from respo.fileio import write_text_atomic
 from respo.study.aggregate import nanmean
 from respo.study.plots import plot_run_curve
 from respo.train.evaluate import paired_difference
@@ -134,5 +135,5 @@ def write_run_report(run_dir: str | Path, *, note: str = "", wall_s: float | Non
     lines += ["Files: `metrics.jsonl` (one record per update), `summary.json`, `config.json`, `curve.png`, "
               "`final/` (trained policy), `ckpt/`."]
     path = run_dir / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path

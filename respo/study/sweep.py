@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from respo.fileio import write_text_atomic
 from respo.runtime.precision import device_problem
 from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, objective_label, run_name
 from respo.train.checkpoint import latest_checkpoint
@@ -389,9 +390,7 @@ def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) ->
     manifest["invocations"].append(invocation)
     for s in specs:
         manifest["runs"][s.name] = {"overrides": s.overrides, "preset": invocation["preset"]}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(manifest, indent=1))
 
 
 def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path, device: str = "cpu") -> None:
@@ -424,7 +423,7 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
                                     task.examples("test", cfg.eval_prompts, EVAL_SEED))
         ev = evaluate_held_out(policy, task, held_out, cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
+        write_text_atomic(out, json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
                                    "policy": policy.info, "eval": ev}, indent=1, default=str))
         print(f"[sweep] starting policy {cfg.model}: held-out pass@1 {ev.get('pass@1')} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)

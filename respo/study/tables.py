@@ -53,12 +53,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from respo.errors import RespoError
+from respo.fileio import write_text_atomic
 from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
     pooled_low_fraction, run_mean
 from respo.train.scores import early_count, late_count
@@ -152,16 +154,18 @@ def run_row(run: Run) -> dict:
 
 
 def write_runs_csv(runs: Iterable[Run], path: Path) -> None:
-    """One `run_row` per run, sorted by run name; NaN written as an empty cell, floats with 6 digits."""
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(COLUMNS)
-        for r in sorted(runs, key=lambda r: r.path.name):
-            row = run_row(r)
-            w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
-                        json.dumps([None if isinstance(x, float) and not math.isfinite(x) else x for x in v])
-                        if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
-                        for v in (row[k] for k in COLUMNS)])
+    """One `run_row` per run, sorted by run name; NaN written as an empty cell, floats with 6 digits.
+    The file is replaced whole (`write_text_atomic`), never left half-written."""
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(COLUMNS)
+    for r in sorted(runs, key=lambda r: r.path.name):
+        row = run_row(r)
+        w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
+                    json.dumps([None if isinstance(x, float) and not math.isfinite(x) else x for x in v])
+                    if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
+                    for v in (row[k] for k in COLUMNS)])
+    write_text_atomic(path, buf.getvalue(), newline="")
 
 
 def _parse(path: Path, line: int, col: str, text: str):
@@ -443,7 +447,6 @@ def fill(path: Path) -> int:
     """Regenerate every ``<!-- respo CMD ARGS -->`` ... ``<!-- /respo -->`` block of ``path`` in place,
     CMD one of `FILL_COMMANDS` (module docstring); returns how many blocks were filled."""
     import contextlib
-    import io
     import shlex
 
     from respo.cli import build_parser
@@ -479,7 +482,7 @@ def fill(path: Path) -> int:
         out += buf.getvalue().rstrip("\n").split("\n")
         out.append(lines[end])
         i, n = end + 1, n + 1
-    path.write_text("\n".join(out), encoding="utf-8")
+    write_text_atomic(path, "\n".join(out))
     return n
 
 

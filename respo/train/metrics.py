@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from respo.fileio import write_text_atomic
 from respo.train.buffer import Batch, staleness_stats
 from respo.train.scores import late_mean
 
@@ -81,7 +82,7 @@ class MetricsLogger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_update is not None and self.path.exists():
             keep = [r for r in read_jsonl(self.path) if r.get("update", 0) <= resume_update]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in keep))
         elif resume_update is None and self.path.exists():
             self.path.unlink()
         self._fh = open(self.path, "a")
@@ -149,7 +150,7 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
         "wall_s": float(sum(wall_s_parts)),
         "wall_s_parts": [float(t) for t in wall_s_parts],
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=to_float))
+    write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=1, default=to_float))
 
 
 def batch_metrics(batch: Batch, old_logp: torch.Tensor, version: int) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from respo.errors import RespoError
+from respo.fileio import write_text_atomic
 from respo.train.checkpoint import latest_checkpoint
 
 __all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
@@ -211,4 +212,4 @@ def reopen(run_dir: Path) -> None:
 
 def write_config(run_dir: Path, record: Mapping[str, Any]) -> None:
     """``config.json``: every setting of the run, the policy it started from and its resumes."""
-    (run_dir / "config.json").write_text(json.dumps(record, indent=1))
+    write_text_atomic(run_dir / "config.json", json.dumps(record, indent=1))
