@@ -229,6 +229,27 @@ def test_trls_own_vespo_matches_cores_vespo(fp64_trainer, tokenizer):
     assert abs(ours.item() - trl_vespo.item()) > 1e-6  # respo is not vespo
 
 
+def test_the_core_objective_is_built_once_not_per_micro_batch(fp64_trainer, tokenizer, monkeypatch):
+    trainer = fp64_trainer
+    built = []
+    real = respo.build_objective
+    monkeypatch.setattr(respo, "build_objective", lambda name, **hp: built.append(name) or real(name, **hp))
+    saved = trainer.respo_objective, trainer.respo_hparams, trainer._respo_built
+    trainer._respo_built = None
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=3)
+    try:
+        first = trainer._compute_loss(trainer.model, inputs)
+        second = trainer._compute_loss(trainer.model, inputs)
+        assert built == [trainer.respo_objective]  # two micro-batches, one build
+        assert torch.equal(first, second)
+        # reassigning the objective is honoured: one more build, another loss
+        trainer.respo_objective, trainer.respo_hparams = "vespo", {}
+        third = trainer._compute_loss(trainer.model, inputs)
+        assert built[1:] == ["vespo"] and abs(third.item() - first.item()) > 1e-6
+    finally:
+        trainer.respo_objective, trainer.respo_hparams, trainer._respo_built = saved
+
+
 def _as(trainer, loss_type, objective, hparams, inputs, **attrs):
     """``trainer._compute_loss`` with another loss type (and TRL attributes) on the same inputs."""
     saved = {k: getattr(trainer, k) for k in ("loss_type", "respo_objective", "respo_hparams", *attrs)}

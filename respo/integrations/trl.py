@@ -199,6 +199,7 @@ class RespoGRPOTrainer(GRPOTrainer):
             raise ValueError(f"loss_type={self.loss_type!r} (respo) does not support: {', '.join(bad)}")
         self.respo_hparams = a.objective_hparams() if isinstance(a, RespoGRPOConfig) else {}
         self.respo_loss_agg_mode = getattr(a, "respo_loss_agg_mode", None)
+        self._respo_built: Optional[tuple] = None
 
     def _compute_loss(self, model, inputs):
         if self.respo_objective is None:
@@ -233,7 +234,7 @@ class RespoGRPOTrainer(GRPOTrainer):
             global_tokens = global_tokens * accum / self.args.steps_per_generation
         global_seqs = logp.size(0) * accum
         agg_mode = self.respo_loss_agg_mode
-        objective = respo.build_objective(self.respo_objective, **self.respo_hparams)
+        objective = self._respo_loss_fn()
         loss, metrics = objective(
             logp,
             old_logp,
@@ -263,6 +264,14 @@ class RespoGRPOTrainer(GRPOTrainer):
 
         self._log_respo_metrics(mode, metrics, entropies, mask)
         return loss
+
+    def _respo_loss_fn(self):
+        """The core objective, built once per (objective, hyperparameters) rather than per micro-batch
+        (objectives are frozen dataclasses; rebuilt only if those attributes are reassigned)."""
+        key = (self.respo_objective, json.dumps(self.respo_hparams, sort_keys=True, default=repr))
+        if self._respo_built is None or self._respo_built[0] != key:
+            self._respo_built = (key, respo.build_objective(self.respo_objective, **self.respo_hparams))
+        return self._respo_built[1]
 
     def _global_masked_mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         totals = self.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum()]), reduction="sum")
