@@ -152,3 +152,38 @@ def test_a_stale_lock_never_makes_a_run_look_busy_and_no_lock_is_left(tmp_path):
     assert (out["ran"], out["skipped"], out.get("running", []), out["failed"]) == (1, 1, [], []), res.stdout
     assert (sweep / "runs" / todo.name / "summary.json").is_file()
     assert sorted(p.parent.name for p in (sweep / "runs").glob("*/sweep.lock")) == []
+
+
+def test_a_second_sweep_invocation_reuses_its_warm_starts_baseline_evaluation(tmp_path, monkeypatch):
+    """The "before RL" evaluation of a warm start is measured once per protocol: a later invocation into
+    the same sweep directory (another seed, another N) reuses it, and any change of the policy or of the
+    evaluation settings measures it again."""
+    import respo.train.evaluate as evaluate
+    import respo.train.policy as policy_mod
+    from respo.runtime.models import build_policy
+    from respo.runtime.tokenizer import build_char_tokenizer
+    from respo.study.sweep import RunSpec, _prewarm
+
+    tok = build_char_tokenizer()
+    info = {"warm_start": {"key": "k1", "pass_rate": 0.4}}
+    evaluated = []
+    monkeypatch.setattr(policy_mod, "load_run_policy",
+                        lambda cfg: Namespace(model=build_policy("tiny-dense", tok), tokenizer=tok, info=dict(info)))
+    monkeypatch.setattr(evaluate, "evaluate_held_out",
+                        lambda policy, task, held_out, cfg: evaluated.append(len(held_out)) or {"pass@1": 0.5})
+    base = tmp_path / "base.toml"
+    base.write_text('model = "tiny-dense"\nwarm_start = true\neval_prompts = 4\nprogress = false\n')
+    sweep = tmp_path / "sweep"
+
+    _prewarm([RunSpec("a", {})], base, threads=1, sweep_dir=sweep)
+    _prewarm([RunSpec("b", {"seed": 1})], base, threads=1, sweep_dir=sweep)  # same policy, same protocol
+    assert evaluated == [4]
+    record = json.loads((sweep / "baseline_eval" / "tiny-dense.json").read_text())
+    assert record["protocol"]["eval_prompts"] == 4 and record["eval"] == {"pass@1": 0.5}
+
+    _prewarm([RunSpec("c", {"eval_prompts": 6})], base, threads=1, sweep_dir=sweep)  # another protocol
+    assert evaluated == [4, 6]
+    info["warm_start"] = {"key": "k2", "pass_rate": 0.3}  # the warm start was rebuilt differently
+    _prewarm([RunSpec("d", {"eval_prompts": 6})], base, threads=1, sweep_dir=sweep)
+    assert evaluated == [4, 6, 6]
+    assert json.loads((sweep / "baseline_eval" / "tiny-dense.json").read_text())["policy"]["warm_start"]["key"] == "k2"

@@ -393,6 +393,19 @@ def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) ->
     write_text_atomic(path, json.dumps(manifest, indent=1))
 
 
+def _same_baseline(out: Path, cfg, policy_info: dict, protocol: dict) -> bool:
+    """Whether ``out`` already holds this starting policy's evaluation under this protocol: same model,
+    task and task settings, the same policy record (a warm start's cache key and history) and the same
+    evaluation settings. A record without ``protocol`` (written before it was recorded) never matches."""
+    try:
+        rec = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return False
+    want = {"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs, "policy": policy_info,
+            "protocol": protocol}
+    return json.loads(json.dumps(want, default=str)) == {k: rec.get(k) for k in want}
+
+
 def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path, device: str = "cpu") -> None:
     """Train (or load) each distinct starting policy once, before the parallel runs race for it, and
     evaluate it with the runs' own held-out protocol (``baseline_eval/<model>.json``: the "before
@@ -408,8 +421,10 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
     seen = set()
     for s in specs:
         cfg = load_config(base_config, {**s.overrides, "device": device})
-        key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start, cfg.eval_prompts,
-               cfg.eval_k, cfg.max_new_tokens)
+        protocol = {"eval_prompts": cfg.eval_prompts, "eval_k": cfg.eval_k, "max_new_tokens": cfg.max_new_tokens,
+                    "prompt_format": cfg.prompt_format, "dtype": cfg.dtype, "device": device}
+        key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start,
+               json.dumps(protocol, sort_keys=True))
         out = sweep_dir / "baseline_eval" / f"{Path(cfg.model).name}.json"
         if key in seen or (out.is_file() and not cfg.warm_start) or not cfg.eval_prompts:
             continue
@@ -417,6 +432,8 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
         torch.set_num_threads(max(1, threads))
         t0 = time.perf_counter()
         policy = load_run_policy(cfg)
+        if _same_baseline(out, cfg, policy.info, protocol):
+            continue  # a warm start already measured with this protocol (a second invocation into this sweep)
         task = get_task(cfg.task, **cfg.task_kwargs)
         # the runs' own rendering (chat template or raw), so the reference is measured on the prompts they see
         task, held_out = render_for(policy.tokenizer, cfg.prompt_format, task,
@@ -424,7 +441,8 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
         ev = evaluate_held_out(policy, task, held_out, cfg)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out, json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
-                                   "policy": policy.info, "eval": ev}, indent=1, default=str))
+                                           "policy": policy.info, "protocol": protocol, "eval": ev},
+                                          indent=1, default=str))
         print(f"[sweep] starting policy {cfg.model}: held-out pass@1 {ev.get('pass@1')} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
