@@ -175,8 +175,10 @@ def test_a_second_sweep_invocation_reuses_its_warm_starts_baseline_evaluation(tm
     base.write_text('model = "tiny-dense"\nwarm_start = true\neval_prompts = 4\nprogress = false\n')
     sweep = tmp_path / "sweep"
 
-    _prewarm([RunSpec("a", {})], base, threads=1, sweep_dir=sweep)
-    _prewarm([RunSpec("b", {"seed": 1})], base, threads=1, sweep_dir=sweep)  # same policy, same protocol
+    assert _prewarm([RunSpec("a", {})], base, threads=1, sweep_dir=sweep) == {"a"}
+    # same policy, same protocol: not measured again, and both runs may skip their own before-evaluation
+    assert _prewarm([RunSpec("b", {"seed": 1}), RunSpec("b2", {"seed": 2})], base, threads=1,
+                    sweep_dir=sweep) == {"b", "b2"}
     assert evaluated == [4]
     record = json.loads((sweep / "baseline_eval" / "tiny-dense.json").read_text())
     assert record["protocol"]["eval_prompts"] == 4 and record["eval"] == {"pass@1": 0.5}
@@ -187,3 +189,45 @@ def test_a_second_sweep_invocation_reuses_its_warm_starts_baseline_evaluation(tm
     _prewarm([RunSpec("d", {"eval_prompts": 6})], base, threads=1, sweep_dir=sweep)
     assert evaluated == [4, 6, 6]
     assert json.loads((sweep / "baseline_eval" / "tiny-dense.json").read_text())["policy"]["warm_start"]["key"] == "k2"
+
+
+def test_runs_whose_warm_start_the_sweep_measured_skip_their_own_before_evaluation(tmp_path, monkeypatch):
+    """run_sweep turns ``eval_before`` off exactly for the runs `_prewarm` names (their starting policy is
+    on record under their protocol), and the sweep still reuses those runs afterwards."""
+    import respo.study.sweep as sweep
+
+    base = tmp_path / "base.toml"
+    base.write_text('model = "tiny-dense"\nwarm_start = false\nprompts = 2\ngroup_size = 2\nupdates = 1\n'
+                    'max_new_tokens = 6\neval_prompts = 0\nprogress = false\ntensorboard = false\n'
+                    'task_kwargs = {digits = 1}\n')
+    specs = [sweep.RunSpec("measured", {"seed": 0}), sweep.RunSpec("own", {"seed": 1})]
+    monkeypatch.setattr(sweep, "_prewarm", lambda todo, *a, **k: {"measured"})
+    res = sweep.run_sweep(tmp_path / "sw", specs, jobs=1, base_config=base)
+    assert res["ran"] == 2 and not res["failed"], res
+    recorded = {s.name: json.loads((tmp_path / "sw" / "runs" / s.name / "config.json").read_text())["eval_before"]
+                for s in specs}
+    assert recorded == {"measured": False, "own": True}
+    again = sweep.run_sweep(tmp_path / "sw", specs, jobs=1, base_config=base)  # eval_before is not a changed setting
+    assert again["skipped"] == 2
+
+
+def test_sweep_baseline_is_the_sweeps_record_only_for_the_same_policy_and_protocol(tmp_path):
+    from respo.study.sweep import eval_protocol, sweep_baseline
+
+    run = tmp_path / "sw" / "runs" / "r"
+    run.mkdir(parents=True)
+    cfg = {"model": "m", "policy": {"key": "k1"}, "eval_prompts": 64, "eval_k": 1, "max_new_tokens": 160,
+           "prompt_format": "auto", "dtype": "float32", "device": "cpu", "eval_before": False}
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert sweep_baseline(run) is None  # no record
+    (tmp_path / "sw" / "baseline_eval").mkdir()
+    rec = {"model": "m", "policy": {"key": "k1"}, "protocol": eval_protocol(cfg, "cpu"), "eval": {"pass@1": 0.53}}
+    path = tmp_path / "sw" / "baseline_eval" / "m.json"
+    path.write_text(json.dumps(rec))
+    assert sweep_baseline(run) == {"pass@1": 0.53}
+    path.write_text(json.dumps({**rec, "policy": {"key": "k2"}}))  # another warm start
+    assert sweep_baseline(run) is None
+    path.write_text(json.dumps({**rec, "protocol": {**rec["protocol"], "eval_k": 4}}))  # another protocol
+    assert sweep_baseline(run) is None
+    path.write_text(json.dumps({k: v for k, v in rec.items() if k != "protocol"}))  # written before protocols
+    assert sweep_baseline(run) is None

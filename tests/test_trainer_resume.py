@@ -111,9 +111,14 @@ def test_sigterm_checkpoints_at_an_update_boundary_then_resumes(tmp_path):
 
 
 def test_eval_cadence_does_not_change_training(tmp_path):
-    # Why eval_every may change on resume: evaluation draws from its own generator, so evaluating
-    # every 2 updates leaves every update record (minus timings) and the final weights as they are.
+    # Why eval_every may change on resume, and why a sweep may skip a run's eval_before: evaluation
+    # draws from its own generator, so evaluating every 2 updates, or not before training, leaves
+    # every update record (minus timings) and the final weights as they are.
     from respo.cli import main
+
+    def updates(run):
+        recs = [json.loads(line) for line in open(Path(run) / "metrics.jsonl")]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs if "event" not in r]
 
     args = list(ARGS)
     args[args.index("--updates") + 1] = "4"
@@ -121,10 +126,12 @@ def test_eval_cadence_does_not_change_training(tmp_path):
     runs = {every: tmp_path / f"every{every}" for every in (0, 2)}
     for every, out in runs.items():
         assert main(["train", *args, "--out-dir", str(out), "--eval-every", str(every)]) == 0
+    assert main(["train", *args, "--out-dir", str(tmp_path / "nobefore"), "--eval-before", "false"]) == 0
+    assert updates(tmp_path / "nobefore") == updates(runs[0])
+    assert json.loads((tmp_path / "nobefore" / "summary.json").read_text())["eval_before"] is None
+    nb = _weights(tmp_path / "nobefore")
+    assert all(torch.equal(nb[k], w) for k, w in _weights(runs[0]).items())
 
-    def updates(run):
-        recs = [json.loads(line) for line in open(Path(run) / "metrics.jsonl")]
-        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in recs if "event" not in r]
     assert updates(runs[0]) == updates(runs[2]) and len(updates(runs[0])) == 4
     evals = [json.loads(line)["update"] for line in open(runs[2] / "metrics.jsonl") if '"event"' in line]
     assert evals == [0, 2, 4]  # before, update 2, after

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from respo.fileio import write_text_atomic
 from respo.study.aggregate import nanmean
 from respo.study.plots import plot_run_curve
+from respo.study.sweep import sweep_baseline
 from respo.train.evaluate import paired_difference
 from respo.train.metrics import read_jsonl
 from respo.train.scores import early_count, late_count
@@ -61,6 +62,12 @@ def write_run_report(run_dir: str | Path, *, note: str = "", wall_s: float | Non
     summary = json.loads((run_dir / "summary.json").read_text())
     recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "event" not in r]
     before, after = summary.get("eval_before"), summary.get("eval_after")
+    before_note = ""
+    if before is None and cfg.get("eval_before") is False:
+        before = sweep_baseline(run_dir)  # a sweep measured the starting policy once for all its runs
+        if before is not None:
+            before_note = ("\n\n\"before\" is the sweep's own evaluation of this starting policy under the same "
+                           "protocol (`baseline_eval/`), which the run did not repeat.")
     k = cfg["eval_k"]
     title = f"{cfg['objective']} N={cfg['reuse']} lr={cfg['lr']:g} ({cfg['model']}, {cfg['task']})"
     plot_run_curve(recs, run_dir / "curve.png", title)
@@ -70,7 +77,7 @@ def write_run_report(run_dir: str | Path, *, note: str = "", wall_s: float | Non
         "",
         "## Held-out accuracy (sampled at temperature 1; ± one standard error over prompts)",
         "",
-        f"{cfg['eval_prompts']} held-out prompts, k = {k} samples each.",
+        f"{cfg['eval_prompts']} held-out prompts, k = {k} samples each.{before_note}",
         "",
         "| metric | before | after |",
         "|---|---|---|",

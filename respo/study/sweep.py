@@ -357,7 +357,8 @@ def _clear_stale_lock(run_dir: Path) -> None:
 
 #: Settings that may differ between a finished run and a sweep that would reuse it: `RESUMABLE`
 #: (the ones `respo train --resume` accepts) and where it runs (not part of a run's name).
-REUSABLE = (*RESUMABLE, "device")
+#: ``eval_before`` too: a sweep turns it off for runs whose starting policy it measured itself (`_prewarm`).
+REUSABLE = (*RESUMABLE, "device", "eval_before")
 
 
 def _changed_settings(specs: list[RunSpec], runs_dir: Path, base_config: Path, threads: int) -> dict[str, dict]:
@@ -393,6 +394,29 @@ def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) ->
     write_text_atomic(path, json.dumps(manifest, indent=1))
 
 
+#: The settings a held-out evaluation depends on besides the policy (and the fixed EVAL_SEED / EVAL_TEMPERATURE).
+PROTOCOL_FIELDS = ("eval_prompts", "eval_k", "max_new_tokens", "prompt_format", "dtype")
+
+
+def eval_protocol(settings: dict, device: str) -> dict:
+    """The evaluation protocol of a run's settings (a `TrainConfig`'s fields or a ``config.json``)."""
+    return {**{k: settings.get(k) for k in PROTOCOL_FIELDS}, "device": device}
+
+
+def sweep_baseline(run_dir: str | Path) -> dict | None:
+    """The before-RL evaluation a sweep measured for this run instead of the run's own ``eval_before``:
+    ``<sweep>/baseline_eval/<model>.json`` two levels above the run directory, if it records the run's
+    starting policy (``config.json``'s ``policy``) under the run's evaluation protocol; else None."""
+    run_dir = Path(run_dir)
+    try:
+        cfg = json.loads((run_dir / "config.json").read_text())
+        rec = json.loads((run_dir.parent.parent / "baseline_eval" / f"{Path(str(cfg['model'])).name}.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return None
+    same = rec.get("policy") == cfg.get("policy") and rec.get("protocol") == eval_protocol(cfg, cfg.get("device", "cpu"))
+    return rec.get("eval") if same else None
+
+
 def _same_baseline(out: Path, cfg, policy_info: dict, protocol: dict) -> bool:
     """Whether ``out`` already holds this starting policy's evaluation under this protocol: same model,
     task and task settings, the same policy record (a warm start's cache key and history) and the same
@@ -406,10 +430,14 @@ def _same_baseline(out: Path, cfg, policy_info: dict, protocol: dict) -> bool:
     return json.loads(json.dumps(want, default=str)) == {k: rec.get(k) for k in want}
 
 
-def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path, device: str = "cpu") -> None:
+def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path,
+             device: str = "cpu") -> set[str]:
     """Train (or load) each distinct starting policy once, before the parallel runs race for it, and
     evaluate it with the runs' own held-out protocol (``baseline_eval/<model>.json``: the "before
-    RL" reference of the report; the runs themselves skip ``eval_before``)."""
+    RL" reference of the report). Returns the names of the specs whose starting policy is a warm start
+    measured there under their protocol: those runs skip their own ``eval_before``, which would sample
+    the same prompts from the same policy with the same generator again (a warm start does not depend on
+    the run's seed; a policy built from scratch does, so those runs keep theirs)."""
     import torch
 
     from respo.runtime.chat import render_for
@@ -418,17 +446,23 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
     from respo.train.evaluate import EVAL_SEED, evaluate_held_out
     from respo.train.policy import load_run_policy
 
-    seen = set()
+    seen: dict[tuple, bool] = {}  # key -> its baseline is on record
+    on_record: set[str] = set()
     for s in specs:
         cfg = load_config(base_config, {**s.overrides, "device": device})
-        protocol = {"eval_prompts": cfg.eval_prompts, "eval_k": cfg.eval_k, "max_new_tokens": cfg.max_new_tokens,
-                    "prompt_format": cfg.prompt_format, "dtype": cfg.dtype, "device": device}
+        protocol = eval_protocol(vars(cfg), device)
         key = (cfg.model, cfg.task, json.dumps(cfg.task_kwargs, sort_keys=True), cfg.warm_start,
                json.dumps(protocol, sort_keys=True))
         out = sweep_dir / "baseline_eval" / f"{Path(cfg.model).name}.json"
-        if key in seen or (out.is_file() and not cfg.warm_start) or not cfg.eval_prompts:
+        if key in seen:
+            if seen[key]:
+                on_record.add(s.name)
             continue
-        seen.add(key)
+        if (out.is_file() and not cfg.warm_start) or not cfg.eval_prompts:
+            continue
+        seen[key] = bool(cfg.warm_start)
+        if cfg.warm_start:
+            on_record.add(s.name)
         torch.set_num_threads(max(1, threads))
         t0 = time.perf_counter()
         policy = load_run_policy(cfg)
@@ -445,6 +479,7 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
                                           indent=1, default=str))
         print(f"[sweep] starting policy {cfg.model}: held-out pass@1 {ev.get('pass@1')} "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    return on_record
 
 
 def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, threads: int = 1,
@@ -497,7 +532,9 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
     print(f"[sweep] {len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run "
           f"({jobs} at a time) -> {runs_dir}", flush=True)
     if todo and prewarm:
-        _prewarm(todo, base_config, threads * jobs, sweep_dir, device)
+        on_record = _prewarm(todo, base_config, threads * jobs, sweep_dir, device)
+        todo = [RunSpec(s.name, {**s.overrides, "eval_before": False})
+                if s.name in on_record and "eval_before" not in s.overrides else s for s in todo]
 
     outcome: dict[str, str] = {}  # name -> "ran" | "skipped" | "running" | "failed"
     failed: list[dict] = []
