@@ -78,6 +78,25 @@ def test_runs_csv_round_trip_and_older_files(tmp_path):
     assert "not in the given runs.csv" in table[-1] and "`entropy_early`" in table[-1]
 
 
+def test_greedy_accuracy_is_a_column_and_the_calib_table_shows_it_only_where_recorded(tmp_path):
+    d = _run(tmp_path / "runs", "grpo", 4, 0, [0.5] * 8)
+    (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": 0.453, "greedy_acc": 0.625}}))
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    rows, absent = read_rows([tmp_path / "runs.csv"])
+    assert rows[0]["greedy_acc"] == 0.625 and "greedy_acc" not in absent
+    table = calib_table(rows, absent)
+    head = table[0].split(" | ")
+    assert head[9:11] == ["pass@1", "greedy"] and table[2].split(" | ")[9:11] == ["0.453", "0.625"]
+    # a runs.csv written before the column: the table leaves it out instead of printing an empty column
+    with (tmp_path / "runs.csv").open() as f, (tmp_path / "old.csv").open("w", newline="") as g:
+        w = csv.writer(g)
+        for r in csv.reader(f):
+            w.writerow(r[:-1])
+    rows, absent = read_rows([tmp_path / "old.csv"])
+    old = calib_table(rows, absent)
+    assert "greedy" not in old[0] and old[0].split(" | ")[10] == "pos logW<-1" and old[-1].startswith("| grpo")
+
+
 def test_read_rows_refuses_bad_input_in_one_line(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     with pytest.raises(TableError, match="x.csv: not a runs.csv"):

@@ -25,7 +25,7 @@ from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
            "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label",
-           "pooled_low_fraction", "pass_at_1"]
+           "pooled_low_fraction", "pass_at_1", "greedy_acc"]
 
 STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
 
@@ -124,6 +124,13 @@ def run_mean(run: Run, key: str, *, stale_only: bool = False) -> float:
     with staleness > 0 (the first mini-batch of a rollout step has log W = 0 exactly)."""
     recs = [r for r in run.records if not stale_only or (r.get("staleness_mean") or 0) > 0]
     return nanmean(r.get(key) for r in recs)
+
+
+def greedy_acc(run: Run) -> float:
+    """Held-out greedy (temperature 0) accuracy after the last update: one decode per prompt, so on the
+    same prompts it has no sampling noise; NaN when not evaluated."""
+    v = ((run.summary or {}).get("eval_after") or {}).get("greedy_acc")
+    return math.nan if v is None else float(v)
 
 
 def pass_at_1(run: Run) -> float:

@@ -22,9 +22,11 @@ step has log W = 0 exactly), and over all updates otherwise:
                                updates whose mini-batch had staleness s (``staleness_mean`` = s; an update mixing
                                staleness levels, which only asynchronous runs have, is in no entry); null where no
                                such update logged it
+    greedy_acc                 held-out greedy accuracy after the last update (one decode per prompt, no
+                               sampling noise on the same prompts; NaN when not evaluated)
 
-``calib``: one row per run (a calibration sweep); ``--cost`` appends seconds per update and training
-seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
+``calib``: one row per run (a calibration sweep), with the greedy accuracy where the runs.csv has that column;
+``--cost`` appends seconds per update and training seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
 per-staleness metrics (rows) at staleness 0 .. N−1 (columns), each the mean over the seeds that
 logged it. ``headline``: per (lr, N, objective) mean ± sample
 std over seeds, then each objective against the best baseline of its (lr, N) (GRPO or VESPO, by mean
@@ -61,7 +63,7 @@ from typing import Iterable, Sequence
 
 from respo.errors import RespoError
 from respo.fileio import write_text_atomic
-from respo.study.aggregate import Run, early_max, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
+from respo.study.aggregate import Run, early_max, greedy_acc, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
     pooled_low_fraction, run_mean
 from respo.train.scores import early_count, late_count
 
@@ -86,7 +88,7 @@ COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "ro
            "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
            "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
            "pooled_neg_low_w", "step_scores", "seconds_per_update", "train_seconds_per_update",
-           *(f"staleness:{k}" for k in STALENESS_METRICS))
+           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc")
 #: Columns holding a JSON list of numbers (null for an empty entry).
 _LIST = {"step_scores", *(f"staleness:{k}" for k in STALENESS_METRICS)}
 _TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode"}
@@ -150,6 +152,7 @@ def run_row(run: Run) -> dict:
     row.update({"seconds_per_update": _seconds_per_update(run),
                 "train_seconds_per_update": run_mean(run, "time/train")})
     row.update({f"staleness:{k}": [_g6(x) for x in _by_staleness(run, k)] for k in STALENESS_METRICS})
+    row["greedy_acc"] = greedy_acc(run)
     return row
 
 
@@ -241,14 +244,16 @@ def _absent_note(absent: set[str], used: Iterable[str]) -> list[str]:
             "column existed)."]
 
 
-CALIB_HEAD = ("objective", "N", "lr", "seed", "updates", "first 8", "last 8", "late mean", "early max", "pass@1",
+CALIB_HEAD = ("objective", "N", "lr", "seed", "updates", "first 8", "last 8", "late mean", "early max", "pass@1", "greedy",
               "pos logW<-1", "ReSPO share", "VESPO share", "logW p10", "kl_k3", "entropy early", "entropy late",
               "starved", "pooled pos<-1", "pooled neg<-1")
-_CALIB_COLS = ("first8_score", "last8_score", "late_mean", "early_max", "pass@1", "stale_mean:frac_pos_low_w",
+_CALIB_COLS = ("first8_score", "last8_score", "late_mean", "early_max", "pass@1", "greedy_acc", "stale_mean:frac_pos_low_w",
                "same_batch_respo_mass_share", "same_batch_vespo_mass_share", "stale_mean:log_w/p10",
                "stale_mean:kl_k3", "entropy_early", "entropy_late", "stale_mean:frac_starved", "pooled_pos_low_w",
                "pooled_neg_low_w")
 
+#: Calib columns shown only when the given runs.csv files have them.
+_CALIB_OPTIONAL = {"greedy_acc"}
 
 _COST_HEAD = ("s/update", "train s/update")
 _COST_COLS = ("seconds_per_update", "train_seconds_per_update")
@@ -262,16 +267,19 @@ def calib_table(rows: list[dict], absent: set[str] = frozenset(), *, cost: bool 
     """One line per run, sorted by (lr, objective, N, seed): scores, held-out pass@1, per-token
     entropy and the stale-update diagnostics (module docstring); with ``cost``, then seconds per update
     and training seconds per update (3 significant digits)."""
-    head = CALIB_HEAD + (_COST_HEAD if cost else ())
+    # a column added later than the given runs.csv files (the greedy accuracy) is left out, not shown empty
+    keep = [i for i, c in enumerate(_CALIB_COLS) if not (c in _CALIB_OPTIONAL and c in absent)]
+    cols = [_CALIB_COLS[i] for i in keep]
+    head = (*CALIB_HEAD[:5], *(CALIB_HEAD[5 + i] for i in keep)) + (_COST_HEAD if cost else ())
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: (r["lr"], r["objective"], r["reuse"], r["seed"])):
         digits = {"stale_mean:log_w/p10": 2, "stale_mean:kl_k3": 4, "entropy_early": 3, "entropy_late": 3}
         cells = [r["objective"], str(r["reuse"]), f"{r['lr']:g}", str(r["seed"]),
                  f"{r['updates_logged']}/{r['updates']}" + ("" if r["finished"] else " (running)")]
-        cells += [_f(r[c], digits.get(c, 3)) for c in _CALIB_COLS]
+        cells += [_f(r[c], digits.get(c, 3)) for c in cols]
         cells += [_g3(r[c]) for c in _COST_COLS] if cost else []
         out.append("| " + " | ".join(cells) + " |")
-    return out + _absent_note(absent, _CALIB_COLS + (_COST_COLS if cost else ()))
+    return out + _absent_note(absent, (*cols, *(_COST_COLS if cost else ())))
 
 
 #: ``respo table staleness``'s rows: runs.csv column -> label.
