@@ -283,6 +283,28 @@ def test_report_says_when_no_run_left_its_first_rollout_step(tmp_path):
     assert "No run here got past its first rollout step" in best
 
 
+def test_report_shows_greedy_accuracy_with_the_sweeps_starting_policy(tmp_path):
+    sweep = tmp_path / "sweep"
+    greedy = {("grpo", 0): 0.625, ("grpo", 1): 0.575, ("respo", 0): 0.2, ("respo", 1): 0.3}
+    for (obj, seed), g in greedy.items():
+        d = _fake_run(sweep, obj, 8, 1e-5, seed, [0.5] * 16)
+        (d / "summary.json").write_text(json.dumps({"eval_after": {"pass@1": 0.5, "prompts": 64, "k": 1,
+                                                                   "greedy_acc": g}}))
+    (sweep / "baseline_eval").mkdir()
+    (sweep / "baseline_eval" / "tiny-dense.json").write_text(json.dumps(
+        {"model": "tiny-dense", "policy": {"config": {"preset": "tiny-dense"}},
+         "eval": {"pass@1": 0.531, "pass@1_se": 0.063, "greedy_acc": 0.5625}}))
+    text = build_report([sweep], tmp_path / "report").read_text()
+    section = text.split("### Held-out greedy accuracy after training")[1].split("\n\n", 2)[1]
+    # grpo: mean (0.625 + 0.575)/2 = 0.600, sample std 0.0354; respo: 0.250 ± 0.071; the start: 0.5625
+    assert "| grpo | **0.600 ± 0.035 (2)** |" in section and "| respo | 0.250 ± 0.071 (2) |" in section
+    assert "| before RL (the starting policy, same protocol) | 0.562 |" in section
+    # runs without a greedy evaluation get no such section
+    plain = tmp_path / "plain"
+    _fake_run(plain, "grpo", 8, 1e-5, 0, [0.5] * 16)
+    assert "greedy accuracy" not in build_report([plain], tmp_path / "report2").read_text()
+
+
 def test_report_compares_a_few_ordinary_runs(tmp_path):
     # two plain runs (not a study grid): one table row each and one figure with both curves.
     # late mean = mean of the last 16 // 8 = 2 scores: grpo (0.4 + 0.6) / 2 = 0.5, respo (0.7 + 0.9) / 2 = 0.8

@@ -5,6 +5,7 @@
 #   bash reports/real/make_reports.sh                                    # tables only, from calib/runs.csv
 #   bash reports/real/make_reports.sh runs/real/calib/runs/*             # report, runs.csv and tables from runs
 #   CELLS=calib-b1 bash reports/real/make_reports.sh runs/real/calib-b1/runs/*   # the B = 1 probe of N = 32
+#   CELLS=pilot-b1 bash reports/real/make_reports.sh runs/real/pilot-b1          # the pilot (its sweep directory)
 # TITLE overrides the report's first heading; CELLS names the folder under reports/real (default calib).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
