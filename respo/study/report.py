@@ -147,19 +147,15 @@ def _shared_lr_tables(at_lr: list[Run], g: dict, objs: list[str], Ns: list[int],
     ev_k = sorted({((r.summary or {}).get("eval_after") or {}).get("k") for r in at_lr} - {None})
     lines += [f"Held-out prompts: {ev_n}, samples per prompt k = {ev_k}; pass@1 = mean correctness of the k samples.", ""]
     lines += _table(objs, Ns, {k: [pass_at_1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
-    baselines = _baselines(sweep_dirs, model)
-    for b in baselines:
-        ev = b["eval"]
-        lines += ["| before RL (the starting policy, same protocol) | " + " | ".join(
-            f"{ev['pass@1']:.3f} ± {ev.get('pass@1_se', math.nan):.3f} (se)" for _ in Ns) + " |"]
+    baselines = [b["eval"] for b in _baselines(sweep_dirs, model)]
+    before_row = lambda cell: "| before RL (the starting policy, same protocol) | " + " | ".join(  # noqa: E731
+        cell for _ in Ns) + " |"
+    lines += [before_row(f"{ev['pass@1']:.3f} ± {ev.get('pass@1_se', math.nan):.3f} (se)") for ev in baselines]
     greedy = {k: [greedy_acc(r) for r in v] for k, v in g.items()}
     if any(math.isfinite(x) for v in greedy.values() for x in v):
         lines += ["", "### Held-out greedy accuracy after training (one decode per prompt, the same prompts)", ""]
         lines += _table(objs, Ns, greedy, col_name=lambda n: f"N = {n}")
-        for b in baselines:
-            if b["eval"].get("greedy_acc") is not None:
-                lines += ["| before RL (the starting policy, same protocol) | " + " | ".join(
-                    f"{b['eval']['greedy_acc']:.3f}" for _ in Ns) + " |"]
+        lines += [before_row(f"{ev['greedy_acc']:.3f}") for ev in baselines if ev.get("greedy_acc") is not None]
     ws = sorted({str(r.config.get("policy", {}).get("pass_rate")) for r in at_lr})
     return lines + ["", f"Starting policy's sampled pass rate as recorded by its SFT (512 prompts, one sample each): "
                     f"{', '.join(ws)}.", ""]

@@ -403,6 +403,19 @@ def eval_protocol(settings: dict, device: str) -> dict:
     return {**{k: settings.get(k) for k in PROTOCOL_FIELDS}, "device": device}
 
 
+def _matching_eval(path: Path, *, model, task, task_kwargs, policy, protocol) -> dict | None:
+    """The ``eval`` of the baseline record at ``path`` if it was measured for this model, task, task
+    settings, starting policy (a warm start's cache key and history) and evaluation protocol; else None
+    (also when the file is missing or unreadable, or was written before records stated their protocol)."""
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    want = {"model": model, "task": task, "task_kwargs": task_kwargs, "policy": policy, "protocol": protocol}
+    same = json.loads(json.dumps(want, default=str)) == {k: rec.get(k) for k in want}
+    return rec.get("eval") if same else None
+
+
 def sweep_baseline(run_dir: str | Path) -> dict | None:
     """The before-RL evaluation a sweep measured for this run instead of the run's own ``eval_before``:
     ``<sweep>/baseline_eval/<model>.json`` two levels above the run directory, if it records the run's
@@ -410,24 +423,11 @@ def sweep_baseline(run_dir: str | Path) -> dict | None:
     run_dir = Path(run_dir)
     try:
         cfg = json.loads((run_dir / "config.json").read_text())
-        rec = json.loads((run_dir.parent.parent / "baseline_eval" / f"{Path(str(cfg['model'])).name}.json").read_text())
+        path = run_dir.parent.parent / "baseline_eval" / f"{Path(str(cfg['model'])).name}.json"
     except (OSError, ValueError, KeyError):
         return None
-    same = rec.get("policy") == cfg.get("policy") and rec.get("protocol") == eval_protocol(cfg, cfg.get("device", "cpu"))
-    return rec.get("eval") if same else None
-
-
-def _same_baseline(out: Path, cfg, policy_info: dict, protocol: dict) -> bool:
-    """Whether ``out`` already holds this starting policy's evaluation under this protocol: same model,
-    task and task settings, the same policy record (a warm start's cache key and history) and the same
-    evaluation settings. A record without ``protocol`` (written before it was recorded) never matches."""
-    try:
-        rec = json.loads(out.read_text())
-    except (OSError, ValueError):
-        return False
-    want = {"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs, "policy": policy_info,
-            "protocol": protocol}
-    return json.loads(json.dumps(want, default=str)) == {k: rec.get(k) for k in want}
+    return _matching_eval(path, model=cfg["model"], task=cfg.get("task"), task_kwargs=cfg.get("task_kwargs"),
+                          policy=cfg.get("policy"), protocol=eval_protocol(cfg, cfg.get("device", "cpu")))
 
 
 def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Path,
@@ -466,7 +466,8 @@ def _prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: P
         torch.set_num_threads(max(1, threads))
         t0 = time.perf_counter()
         policy = load_run_policy(cfg)
-        if _same_baseline(out, cfg, policy.info, protocol):
+        if _matching_eval(out, model=cfg.model, task=cfg.task, task_kwargs=cfg.task_kwargs, policy=policy.info,
+                          protocol=protocol) is not None:
             continue  # a warm start already measured with this protocol (a second invocation into this sweep)
         task = get_task(cfg.task, **cfg.task_kwargs)
         # the runs' own rendering (chat template or raw), so the reference is measured on the prompts they see
