@@ -120,7 +120,8 @@ def test_load_rows_reads_a_runs_csv_and_refuses_missing_columns(tmp_path):
         w.writerow(["d", "tiny-dense", "grpo", "32", "8", "3e-05", "2", "True", "256", "True", "0.25", "0.5"])
     rows = load_rows(path, length=128, model="tiny-dense", group_size=8)
     assert rows == [{"objective": "grpo", "lr": 3e-5, "seed": 0, "late_mean": 0.5, "pass@1": 0.625, "reuse": 32,
-                     "length": 128, "updates": 256, "run": "a", "where": f"{path} line 2"}]
+                     "length": 128, "start": "", "weights": "", "run": "a", "updates": 256,
+                     "where": f"{path} line 2"}]
     # the MoE row, the unfinished row and the routing-replay row are not read; asked for, only the last is
     replay = load_rows(path, length=128, model="tiny-dense", group_size=8, routing_replay=True)
     assert [(r["run"], r["seed"], r["late_mean"]) for r in replay] == [("d", 2, 0.25)]
@@ -145,6 +146,8 @@ def test_respo_recommend_prints_the_table_and_names_bad_input(tmp_path, capsys):
     assert "| 128 | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 | grpo (3e-05) |" in capsys.readouterr().out
     assert main(["recommend", str(path)]) == 2
     assert "expected LENGTH=RUNS_CSV" in capsys.readouterr().err
+    assert main(["recommend", f"128:={path}"]) == 2  # a START label cannot be empty
+    assert "LENGTH:START=RUNS_CSV" in capsys.readouterr().err
     assert main(["recommend", f"128={tmp_path / 'none.csv'}"]) == 2
     assert "cannot read" in capsys.readouterr().err and not (tmp_path / "none.csv").exists()
     assert main(["recommend", f"128={path}", "--model", "tiny-moe"]) == 2
@@ -376,3 +379,46 @@ def test_a_utf8_byte_order_mark_is_not_a_missing_column(tmp_path):
     path.write_bytes("objective,reuse,lr,seed,updates,finished,late_mean,pass@1\ngrpo,32,3e-05,0,256,True,0.5,0.5\n"
                      .encode("utf-8-sig"))
     assert load_rows(path, length=128)[0]["objective"] == "grpo"
+
+
+# --- starting policies: a cell never pools two -------------------------------------------------------------------------
+
+def _with_start(path, weights):
+    """Append a ``start`` column (the starting policy's weights digest, as respo report writes it)."""
+    rows = list(csv.reader(path.open(newline="")))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(rows[0] + ["start"])
+        w.writerows(r + [weights] for r in rows[1:])
+    return path
+
+
+def test_two_starting_policies_in_one_cell_are_refused_until_labelled_apart(tmp_path, capsys):
+    # the same sweep run from two warm starts built by the same settings but with different weights:
+    # pooled, vespo's seed 0 would count twice; and even without a shared seed the cell would mix policies
+    a = _with_start(_write_runs(tmp_path / "a.csv", _cell()), "aaaaaaaaaaaa")
+    b = _with_start(_write_runs(tmp_path / "b.csv", [r for r in _cell() if r["objective"] == "vespo"],
+                                name=lambda r: f"b{r['seed']}_{r['lr']:g}"), "bbbbbbbbbbbb")
+    c = _with_start(_write_runs(tmp_path / "c.csv", [{**r, "seed": r["seed"] + 10} for r in _cell()]), "cccccccccccc")
+    code, out, err = _main(["recommend", f"128={a}", f"128={c}"], capsys)  # no seed shared: still refused
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "two starting policies in one cell (128 tokens, N = 32, 256 updates)" in err
+    assert "aaaaaaaaaaaa" in err and "cccccccccccc" in err and "128:rebuilt=" in err
+    # labelled, they are two cells, each tested on its own; the label is printed with the length
+    code, out, err = _main(["recommend", f"128:first={a}", f"128:rebuilt={b}"], capsys)
+    assert code == 0 and err == ""
+    assert "| 128 (first) | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 |" in out
+    assert "| 128 (rebuilt) | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 | — | — | — |" in out
+    assert "128 (rebuilt) tokens, N = 32, 8 rollout steps: only vespo has 3 seeds" in out
+    # the same weights in two files pool as before (one cell)
+    d = _with_start(_write_runs(tmp_path / "d.csv", [{**r, "seed": r["seed"] + 10} for r in _cell()]), "aaaaaaaaaaaa")
+    code, out, err = _main(["recommend", f"128={a}", f"128={d}"], capsys)
+    assert code == 0 and "| 128 | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 |" in out
+    (cell,) = recommend(load_rows(a, length=128) + load_rows(d, length=128))
+    assert len(cell.best.late) == 6  # six seeds of vespo at 3e-5
+
+
+def test_a_label_does_not_hide_a_duplicate_within_it(tmp_path, capsys):
+    a = _write_runs(tmp_path / "a.csv", _cell())
+    code, out, err = _main(["recommend", f"128:x={a}", f"128:x={a}"], capsys)
+    assert code == 2 and "duplicate" in err and "start x" in err

@@ -90,11 +90,27 @@ def test_greedy_accuracy_is_a_column_and_the_calib_table_shows_it_only_where_rec
     # a runs.csv written before the column: the table leaves it out instead of printing an empty column
     with (tmp_path / "runs.csv").open() as f, (tmp_path / "old.csv").open("w", newline="") as g:
         w = csv.writer(g)
-        for r in csv.reader(f):
-            w.writerow(r[:-1])
+        lines = list(csv.reader(f))
+        keep = [i for i, c in enumerate(lines[0]) if c not in ("greedy_acc", "start")]  # the columns added since
+        for r in lines:
+            w.writerow([r[i] for i in keep])
     rows, absent = read_rows([tmp_path / "old.csv"])
     old = calib_table(rows, absent)
     assert "greedy" not in old[0] and old[0].split(" | ")[10] == "pos logW<-1" and old[-1].startswith("| grpo")
+
+
+def test_start_column_names_the_starting_policys_weights(tmp_path):
+    # a run whose config records its starting policy's weights gets their first 12 hex digits; a preset
+    # from scratch and a run recorded before the fingerprint get an empty cell, read back as ""
+    a = _run(tmp_path / "runs", "grpo", 4, 0, [0.5] * 8)
+    cfg = json.loads((a / "config.json").read_text())
+    cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": "0123456789abcdef" * 4}
+    (a / "config.json").write_text(json.dumps(cfg))
+    _run(tmp_path / "runs", "vespo", 4, 0, [0.5] * 8)
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    rows, absent = read_rows([tmp_path / "runs.csv"])
+    assert {r["objective"]: r["start"] for r in rows} == {"grpo": "0123456789ab", "vespo": ""}
+    assert "start" not in absent
 
 
 def test_read_rows_refuses_bad_input_in_one_line(tmp_path):

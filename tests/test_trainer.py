@@ -183,13 +183,14 @@ def test_model_directory_kind_is_decided_by_its_files(tmp_path):
     # A directory with a warm start's info file loads as a warm start; a broken one raises instead of
     # falling back to a plain Hugging Face load. A plain saved model loads without the info file.
     from respo.runtime.sft import INFO_FILE
-    from respo.train.policy import load_run_policy
+    from respo.train.policy import load_run_policy, weights_sha256
 
     tok = build_char_tokenizer()
     build_policy("tiny-dense", tok, seed=0).save_pretrained(tmp_path / "plain")
     tok.save_pretrained(tmp_path / "plain")
     policy = load_run_policy(apply_overrides(TrainConfig(), {"model": str(tmp_path / "plain")}))
-    assert policy.info == {"source": "dir", "path": str(tmp_path / "plain")}
+    assert policy.info == {"source": "dir", "path": str(tmp_path / "plain"),
+                           "weights_sha256": weights_sha256(build_policy("tiny-dense", tok, seed=0))}
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / INFO_FILE).write_text("{}")
     with pytest.raises((OSError, ValueError)):  # no tokenizer files: the real error surfaces
@@ -248,3 +249,21 @@ def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
     assert len(g_dec) == len(g_mis) > 0 and any(g.abs().sum() > 0 for g in g_dec)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max())) for a, b in zip(g_dec, g_mis))
     assert "chi2_token" in m_dec and "corr/silenced_adv_share/pos" in m_dec
+
+
+def test_weights_sha256_is_the_starting_policys_identity():
+    # the same weights give the same digest whatever the order of the state dict; one value moved by
+    # one ulp, or another seed's weights, give another; a preset from scratch records none (its weights
+    # depend on the run's seed, so they are not one starting policy shared by the seeds)
+    from respo.train.policy import load_run_policy, weights_sha256
+
+    tok = build_char_tokenizer()
+    a, b = build_policy("tiny-dense", tok, seed=0), build_policy("tiny-dense", tok, seed=0)
+    assert weights_sha256(a) == weights_sha256(b) and len(weights_sha256(a)) == 64
+    assert weights_sha256(build_policy("tiny-dense", tok, seed=1)) != weights_sha256(a)
+    with torch.no_grad():
+        p = next(b.parameters())
+        p.view(-1)[0] = torch.nextafter(p.view(-1)[0], torch.tensor(float("inf")))
+    assert weights_sha256(b) != weights_sha256(a)
+    scratch = load_run_policy(apply_overrides(TrainConfig(), {"model": "tiny-dense", "warm_start": False}))
+    assert "weights_sha256" not in scratch.info

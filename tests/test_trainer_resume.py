@@ -168,3 +168,32 @@ def test_a_resumed_extension_replaces_the_end_and_records_each_resume_once(tmp_p
     assert updates(out) == updates(fresh) and len(updates(fresh)) == 4
     a, b = _weights(out), _weights(fresh)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_a_starting_policy_whose_weights_changed(tmp_path, capsys):
+    # a run started from a model directory records the directory's weights; if the directory is
+    # rebuilt before the run is resumed, the record would name a start the run never had: refused
+    from respo.cli import main
+    from respo.runtime.models import build_policy
+    from respo.runtime.tokenizer import build_char_tokenizer
+    from respo.train.policy import weights_sha256
+
+    tok = build_char_tokenizer()
+    model = build_policy("tiny-dense", tok, seed=0)
+    model.save_pretrained(tmp_path / "start")
+    tok.save_pretrained(tmp_path / "start")
+    args = list(ARGS)
+    args[args.index("--updates") + 1] = "2"
+    args[args.index("--reuse") + 1] = "1"
+    out = tmp_path / "run"
+    assert main(["train", *args, "--model", str(tmp_path / "start"), "--out-dir", str(out)]) == 0
+    recorded = json.loads((out / "config.json").read_text())["policy"]["weights_sha256"]
+    assert recorded == weights_sha256(model)
+    capsys.readouterr()
+    build_policy("tiny-dense", tok, seed=1).save_pretrained(tmp_path / "start")  # rebuilt: other weights
+    before = (out / "config.json").read_text()
+    assert main(["train", *args, "--model", str(tmp_path / "start"), "--out-dir", str(out), "--resume",
+                 "--updates", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not the one this run started from" in err and recorded[:12] in err
+    assert (out / "config.json").read_text() == before  # nothing rewritten

@@ -73,7 +73,7 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
                       "routing_replay": bool(cfg.get("routing_replay")), "updates": cfg.get("updates"),
                       "task": cfg.get("task"), "task_kwargs": json.dumps(cfg.get("task_kwargs", {}), sort_keys=True),
                       "prompts": cfg.get("prompts"), "loss_agg_mode": cfg.get("loss_agg_mode") or "",
-                      "kernels": kernels_label(cfg)}
+                      "kernels": kernels_label(cfg), "start": start_label(cfg)}
             runs.append(Run(rd, cfg, [r for r in recs if "event" not in r], [r for r in recs if r.get("event") == "eval"],
                             summ, label, coords))
     return runs
@@ -88,6 +88,15 @@ def kernels_label(cfg: dict) -> str:
         pos, neg = (re.sub(r"\s+", "", str(spec[k])) for k in ("pos_kernel", "neg_kernel"))
         return f"{pos}+/{neg}-"
     return objective_label(cfg.get("objective", "?"), kw)
+
+
+def start_label(cfg: dict) -> str:
+    """The starting policy's identity shared by a run's seeds: the first 12 hex digits of its weights'
+    sha256 (``policy.weights_sha256`` in config.json) for a loaded policy (warm start, model directory,
+    packaged model); empty for a preset trained from scratch (its weights depend on the seed) and for
+    runs recorded before the fingerprint existed."""
+    policy = cfg.get("policy") or {}
+    return str(policy.get("weights_sha256") or "")[:12]
 
 
 def _model_label(cfg: dict) -> str:

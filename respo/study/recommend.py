@@ -2,8 +2,12 @@
 
     respo recommend 32=reports/staleness/runs.csv 128=reports/long/main-128/runs.csv
 
-A cell is one response length, one N and one budget (policy updates per run); runs of different
-budgets are never pooled. In a cell each objective is taken at its own best learning rate (highest
+A cell is one response length, one starting policy, one N and one budget (policy updates per run);
+runs of different budgets are never pooled. ``LENGTH:START=RUNS_CSV`` names the starting policy of a
+file's runs (``128:rebuilt=runs.csv``): files of one length with different START labels are separate
+cells. Runs that record their starting policy's weights (the ``start`` column) are never pooled with
+runs of other weights in one cell: that is refused in one line, naming both rows, until a START label
+separates them. In a cell each objective is taken at its own best learning rate (highest
 mean late mean over seeds, among learning rates with at least ``--min-seeds`` seeds), flagged
 ``edge`` when that rate is the lowest or highest it was run at (or the only one): its true best may
 lie outside the grid. The cell's best is the objective with the highest such mean. Every other
@@ -98,6 +102,12 @@ class Cell:
     entries: list[Entry]  # the best first, then by descending late mean; empty when none has enough seeds
     unranked: list[str]  # objectives with too few seeds at every learning rate
     runs: frozenset = frozenset()  # (objective, lr, seed) of every finished run in the cell
+    start: str = ""  # the starting policy's label (LENGTH:START=RUNS_CSV); empty when not given
+
+    @property
+    def tokens(self) -> str:
+        """The response length, with the starting policy's label when there is one."""
+        return f"{self.length} ({self.start})" if self.start else str(self.length)
 
     @property
     def best(self) -> Entry | None:
@@ -137,9 +147,10 @@ def _number(r: dict, col: str, where: str, kind: type = float) -> float | int:
 
 
 def load_rows(path: str | Path, *, length: int, model: str | None = None, group_size: int | None = None,
-              routing_replay: bool = False) -> list[dict]:
+              routing_replay: bool = False, start: str = "") -> list[dict]:
     """The finished runs of one ``runs.csv`` as rows for `recommend`; ``length`` labels them (response
-    tokens). Runs with routing replay (without it when ``routing_replay``), or of another ``model`` /
+    tokens), ``start`` their starting policy (a label; the file's ``start`` column, where it has one,
+    is kept as each row's ``weights``). Runs with routing replay (without it when ``routing_replay``), or of another ``model`` /
     ``group_size`` when given, are left out; an aggregation override is part of the objective's name (``gspo@token-mean``). Each row
     keeps its ``run`` name and ``where`` (file and line), which `recommend`'s duplicate check names. A file
     that is not UTF-8 CSV, is empty, lacks a column or has a non-numeric value raises `RecommendError`
@@ -175,7 +186,8 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
                 rows.append({"objective": r["objective"] + (f"@{agg}" if agg else ""),
                              "lr": _number(r, "lr", where), "seed": _number(r, "seed", where, int),
                              "late_mean": _number(r, "late_mean", where), "pass@1": _number(r, "pass@1", where),
-                             "reuse": _number(r, "reuse", where, int), "length": length,
+                             "reuse": _number(r, "reuse", where, int), "length": length, "start": start,
+                             "weights": (r.get("start") or "").strip(),
                              "updates": _number(r, "updates", where, int), "run": r.get("run") or "",
                              "where": where})
     except OSError as e:
@@ -187,18 +199,42 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
     return rows
 
 
+def _cell_key(r: dict) -> tuple:
+    return int(r["length"]), r.get("start", ""), int(r["reuse"]), int(r["updates"])
+
+
+def _where_cell(r: dict) -> str:
+    start = f", start {r['start']}" if r.get("start") else ""
+    return f"{r['length']} tokens{start}, N = {r['reuse']}, {r['updates']} updates"
+
+
+def _check_starts(rows: Sequence[dict]) -> None:
+    """Refuse to pool two starting policies in one cell: rows whose recorded weights (``start`` column)
+    differ, unless their files carry different START labels (which makes them different cells)."""
+    first: dict[tuple, dict] = {}
+    for r in rows:
+        if not r.get("weights"):
+            continue
+        a = first.setdefault(_cell_key(r), r)
+        if a["weights"] != r["weights"]:
+            raise RecommendError(f"two starting policies in one cell ({_where_cell(r)}): weights {a['weights']} in "
+                                 f"{a.get('where', 'a row')} and {r['weights']} in {r.get('where', 'another row')}; "
+                                 f"give each file its own label (LENGTH:START=RUNS_CSV, e.g. {r['length']}:rebuilt=...) "
+                                 "so they are compared separately")
+
+
 def _check_duplicates(rows: Sequence[dict]) -> None:
     """Refuse a seed counted twice: the same objective, learning rate and seed twice in one cell
-    (response length, N, budget). Run names are not the key: they are unique only within one sweep
+    (response length, starting policy, N, budget). Run names are not the key: they are unique only within one sweep
     (two studies at different lengths reuse them), and a copy under other names is the same seed."""
     seen: dict[tuple, dict] = {}
     for r in rows:
-        key = (int(r["length"]), int(r["reuse"]), int(r["updates"]), r["objective"], float(r["lr"]), int(r["seed"]))
+        key = (*_cell_key(r), r["objective"], float(r["lr"]), int(r["seed"]))
         first = seen.setdefault(key, r)
         if first is not r:
             a, b = first.get("where", "a row"), r.get("where", "another row")
             raise RecommendError(f"duplicate run: {r['objective']} lr {float(r['lr']):g} seed {r['seed']} "
-                                 f"({r['length']} tokens, N = {r['reuse']}, {r['updates']} updates) is in {a} and in "
+                                 f"({_where_cell(r)}) is in {a} and in "
                                  f"{b} (was a runs.csv given twice?); each seed may count once")
 
 
@@ -234,13 +270,13 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
     if family not in _FAMILIES:
         raise RecommendError(f"--family must be one of {', '.join(_FAMILIES)}, got {family!r}")
     _check_duplicates(rows)
+    _check_starts(rows)
     select = None if select_seeds is None else {int(s) for s in select_seeds}
     groups: dict[tuple, dict[str, dict[float, list[dict]]]] = {}
     for r in rows:
-        key = (int(r["length"]), int(r["reuse"]), int(r["updates"]))
-        groups.setdefault(key, {}).setdefault(r["objective"], {}).setdefault(float(r["lr"]), []).append(r)
+        groups.setdefault(_cell_key(r), {}).setdefault(r["objective"], {}).setdefault(float(r["lr"]), []).append(r)
     cells = []
-    for (length, reuse, updates), by_obj in sorted(groups.items()):
+    for (length, start, reuse, updates), by_obj in sorted(groups.items()):
         ranked, unranked = [], []
         for obj, by_lr in sorted(by_obj.items()):
             pick, why = _pick(by_lr, min_seeds, select)
@@ -252,7 +288,7 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
         ranked.sort(key=lambda x: (-x[0], x[1].objective))
         entries = [e for _, e in ranked]
         runs = frozenset((obj, lr, r["seed"]) for obj, by_lr in by_obj.items() for lr, rs in by_lr.items() for r in rs)
-        cells.append(Cell(length, reuse, updates, entries, unranked, runs))
+        cells.append(Cell(length, reuse, updates, entries, unranked, runs, start))
     for fam in [cells] if family == "table" else [[c] for c in cells]:  # each family: both metrics together
         slots = [(e, m, a, b) for c in fam for e in c.entries[1:]
                  for m, a, b in (("late mean", e.late, c.best.late), ("pass@1", e.pass1, c.best.pass1))]
@@ -302,7 +338,7 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
         for i, e in enumerate(c.entries):
-            row = [str(c.length), str(c.reuse), _steps(c), _label(e) + (" **best**" if i == 0 else ""), str(len(e.late))]
+            row = [c.tokens, str(c.reuse), _steps(c), _label(e) + (" **best**" if i == 0 else ""), str(len(e.late))]
             for m, vals in zip(METRICS, (e.late, e.pass1)):
                 t = e.vs_best.get(m)
                 if t is None:
@@ -314,7 +350,7 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
             "worse on either metric (adj. p late mean / pass@1) | no test (n < 2) |", "|" + "---|" * 7]
     notes = []
     for c in cells:
-        where = f"{c.length} tokens, N = {c.reuse}, {_steps(c)} rollout steps"
+        where = f"{c.tokens} tokens, N = {c.reuse}, {_steps(c)} rollout steps"
         if not c.entries:
             notes.append(f"- {where}: no objective has {min_seeds} seed{'s' * (min_seeds != 1)} at one learning rate, "
                          f"so nothing is ranked or tested: {'; '.join(c.unranked)}.")
@@ -324,7 +360,7 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
                  for e in rest if e.worse]
         cols = [", ".join(_label(e) for e in rest if e.tested and not e.worse), "; ".join(worse),
                 ", ".join(_label(e) for e in rest if not e.tested and not e.worse)]
-        out.append(f"| {c.length} | {c.reuse} | {_steps(c)} | {_label(b)}: {b.late_mean:.3f} / {nanmean(b.pass1):.3f} "
+        out.append(f"| {c.tokens} | {c.reuse} | {_steps(c)} | {_label(b)}: {b.late_mean:.3f} / {nanmean(b.pass1):.3f} "
                    f"| " + " | ".join(x or "—" for x in cols) + " |")
         if len(c.entries) == 1:
             notes.append(f"- {where}: only {b.objective} has {min_seeds} seed{'s' * (min_seeds != 1)} at one learning "
@@ -337,9 +373,9 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
                         "(--min-seeds lowers the bar; a test needs 2 seeds a side).")
     for i, c in enumerate(cells):
         for d in cells[i + 1:]:
-            shared = len(c.runs & d.runs) if (c.length, c.reuse) == (d.length, d.reuse) else 0
+            shared = len(c.runs & d.runs) if (c.length, c.start, c.reuse) == (d.length, d.start, d.reuse) else 0
             if shared:
-                notes.append(f"- {c.length} tokens, N = {c.reuse}: the {_steps(c)}- and {_steps(d)}-rollout-step cells "
+                notes.append(f"- {c.tokens} tokens, N = {c.reuse}: the {_steps(c)}- and {_steps(d)}-rollout-step cells "
                              f"share {shared} objective/lr/seed combination{'s' * (shared != 1)}; if the longer runs "
                              "continue the shorter ones, the two cells are not independent evidence.")
     if any(min(len(e.late) for e in c.entries) < 2 for c in cells if c.entries):
@@ -355,8 +391,10 @@ def _seeds(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", nargs="+", metavar="LENGTH=RUNS_CSV",
-                   help="response length (tokens) and a runs.csv written by respo report, e.g. 128=runs.csv")
+    p.add_argument("inputs", nargs="+", metavar="LENGTH[:START]=RUNS_CSV",
+                   help="response length (tokens) and a runs.csv written by respo report, e.g. 128=runs.csv; "
+                        "START labels the runs' starting policy (128:rebuilt=runs.csv): files of one length with "
+                        "different labels are separate cells")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
     p.add_argument("--routing-replay", action="store_true",
@@ -386,11 +424,13 @@ def run(args: argparse.Namespace) -> int:
     """Print the recommendation of ``args.inputs``; bad input raises `RecommendError`."""
     rows = []
     for spec in args.inputs:
-        length, sep, path = spec.partition("=")
-        if not sep or not length.isdigit():
-            raise RecommendError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
+        head, sep, path = spec.partition("=")
+        length, colon, start = head.partition(":")
+        if not sep or not length.isdigit() or (colon and not start.strip()):
+            raise RecommendError(f"expected LENGTH=RUNS_CSV or LENGTH:START=RUNS_CSV (e.g. 128=runs.csv, "
+                                 f"128:rebuilt=runs.csv), got {spec!r}")
         rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size,
-                          routing_replay=args.routing_replay)
+                          routing_replay=args.routing_replay, start=start.strip())
     if not rows:
         raise RecommendError(f"no finished {args.model} runs with G = {args.group_size}"
                              f"{' and routing replay' if args.routing_replay else ''} in {', '.join(args.inputs)}")

@@ -24,6 +24,8 @@ step has log W = 0 exactly), and over all updates otherwise:
                                such update logged it
     greedy_acc                 held-out greedy accuracy after the last update (one decode per prompt, no
                                sampling noise on the same prompts; NaN when not evaluated)
+    start                      the starting policy: 12 hex digits of its weights' sha256 for a loaded policy
+                               (warm start, model directory), empty for a preset from scratch or an older run
 
 ``calib``: one row per run (a calibration sweep), with the greedy accuracy where the runs.csv has that column;
 ``--cost`` appends seconds per update and training seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
@@ -88,10 +90,10 @@ COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "ro
            "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
            "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
            "pooled_neg_low_w", "step_scores", "seconds_per_update", "train_seconds_per_update",
-           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc")
+           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start")
 #: Columns holding a JSON list of numbers (null for an empty entry).
 _LIST = {"step_scores", *(f"staleness:{k}" for k in STALENESS_METRICS)}
-_TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode"}
+_TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode", "start"}
 _INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
 _BOOL = {"routing_replay", "finished"}
 BASELINES = ("grpo", "vespo")
@@ -153,6 +155,7 @@ def run_row(run: Run) -> dict:
                 "train_seconds_per_update": run_mean(run, "time/train")})
     row.update({f"staleness:{k}": [_g6(x) for x in _by_staleness(run, k)] for k in STALENESS_METRICS})
     row["greedy_acc"] = greedy_acc(run)
+    row["start"] = c["start"]
     return row
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import AutoTokenizer
 
 from respo.runtime import models
@@ -17,7 +19,7 @@ from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig
 
-__all__ = ["Policy", "load_run_policy"]
+__all__ = ["Policy", "load_run_policy", "weights_sha256"]
 
 WARM_START_SEED = 0  # one cached warm start per (task, preset), shared by every run seed
 
@@ -38,8 +40,23 @@ def load_run_policy(cfg: TrainConfig) -> Policy:
     that is not cached yet is trained on ``cfg.device`` too.
     """
     policy = _load(cfg)
+    if policy.info.get("source") != "preset":  # a starting policy shared by every seed: its identity is its weights
+        policy.info["weights_sha256"] = weights_sha256(policy.model)
     policy.model.to(resolve_device(cfg.device))  # in place; a no-op on the CPU
     return policy
+
+
+def weights_sha256(model) -> str:
+    """sha256 of a model's state (every tensor's name, dtype, shape and bytes, in name order): the
+    identity of a starting policy. Two warm starts built by the same settings can differ (an SFT run
+    is not bitwise repeatable across machines or library versions), so the settings' hash does not
+    identify the weights; this does."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def _load(cfg: TrainConfig) -> Policy:

@@ -12,6 +12,7 @@ what the run needs (task, policy, objective, optimizer and run state, resuming a
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import signal
 import threading
@@ -151,6 +152,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
                      generator=torch.Generator(device=device).manual_seed(cfg.seed), part_start=part_start)
     record = {**settings, "policy": policy.info, "prompt_rendering": getattr(task, "rendering", "raw")}
     if ckpt is not None:
+        _check_same_start(run_dir, policy.info)
         state.load(ckpt, model)
         record["resumed"] = resumed_entries(run_dir, state.update, changes)
         if state.update < cfg.updates:  # the run goes on: what described its end no longer does
@@ -160,6 +162,22 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     write_config(run_dir, record)
     log = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, resume_update=state.update if ckpt else None)
     return _Run(run_dir, cfg, settings, task, pool, held_out, policy, objective, state, log)
+
+
+def _check_same_start(run_dir: Path, info: dict) -> None:
+    """A resumed run continues from its checkpoint, but its record names the policy it started from:
+    refuse to resume when the starting policy's weights (``weights_sha256``) are not the ones this run
+    recorded (a warm start rebuilt or replaced since), rather than record a start the run never had."""
+    try:
+        before = (json.loads((run_dir / "config.json").read_text()).get("policy") or {}).get("weights_sha256")
+    except (OSError, ValueError):
+        return  # no readable record: nothing to contradict (rundir checks the directory itself)
+    now = info.get("weights_sha256")
+    if before and now and before != now:
+        where = info.get("path") or info.get("source")
+        raise ConfigError(f"{run_dir}: the starting policy {where} is not the one this run started from "
+                          f"(weights sha256 {now[:12]}, recorded {before[:12]}); resume with the original "
+                          "policy, or start the run afresh in a new directory")
 
 
 def _loop(cfg: TrainConfig, run: _Run) -> None:
