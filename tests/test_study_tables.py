@@ -199,11 +199,11 @@ def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monke
     shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "reports/long/report.md"
-    assert fill(report) == 7
+    assert fill(report) == 9
     assert report.read_text() == (REPO / "reports/long/report.md").read_text()
-    # the corrections' pilot (headline table and recommendation over both runs.csv) and the MoE cell
-    # (headline without and with routing replay, and replay's effect)
-    for name, blocks in (("corr-pilot-128/README.md", 2), ("moe-128/README.md", 3)):
+    # the corrections' pilot (headline table and recommendation over both runs.csv), its continuation to
+    # 8 rollout steps, and the MoE cell (headline without and with routing replay, and replay's effect)
+    for name, blocks in (("corr-pilot-128/README.md", 2), ("corr-main-128/README.md", 2), ("moe-128/README.md", 3)):
         md = tmp_path / "reports/long" / name
         assert fill(md) == blocks, name
         assert md.read_text() == (REPO / "reports/long" / name).read_text(), name

@@ -22,6 +22,12 @@ if compgen -G "runs/long/corr-pilot/runs/*_s[34]_u64" > /dev/null; then
   $PY -m respo report runs/long/corr-pilot/runs/*_s[34]_u64 --out $R/corr-pilot-128/seeds-3-4 \
       --title "Staleness corrections at 128 tokens: pilot, seeds 3 and 4" --shared-lr 3e-5
 fi
+if [ -d runs/long/h128c ]; then
+  # the staleness corrections over 8 rollout steps at 128 tokens (256 updates; the corrections' pilot's
+  # rebuilt warm start)
+  $PY -m respo report runs/long/h128c/runs/* --out $R/corr-main-128 \
+      --title "Staleness corrections at 128 tokens: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
+fi
 if [ -d runs/long/moe128 ]; then
   # the MoE cell at 128 tokens: VESPO, ReSPO and TIS with and without routing replay (tiny-moe warm start)
   $PY -m respo report runs/long/moe128/runs/* --out $R/moe-128 --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
@@ -35,8 +41,28 @@ $PY -m respo table calib $R/calib-256/runs.csv > $R/calib-256/table.md
 $PY -m respo table headline $R/calib-256/runs.csv --reuse 32 --lrs 1e-4 > $R/calib-256/headline.md
 $PY -m respo table fill $R/report.md
 $PY -m respo table fill $R/corr-pilot-128/README.md
+$PY -m respo table fill $R/corr-main-128/README.md
 if [ -f $R/moe-128/README.md ]; then $PY -m respo table fill $R/moe-128/README.md; fi
 
-# which objective to use, per response length x N (32 tokens: the staleness study)
-$PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \
-    256=$R/calib-256/runs.csv > $R/recommend.md
+# which objective to use, per response length x N (32 tokens: the staleness study; "128 (rebuilt)": the
+# corrections' cells, whose warm start differs from the other 128-token cells'), dense then MoE
+{
+  echo "# Which objective to use, by response length × N"
+  echo
+  echo "Written by reports/long/make_reports.sh from the committed runs.csv files. \"128 (rebuilt)\" marks"
+  echo "the staleness corrections' cells, which start from another 128-token warm start than the other 128-token cells."
+  echo
+  echo "## Dense (tiny-dense)"
+  echo
+  $PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \
+      128:rebuilt=$R/corr-pilot-128/runs.csv 128:rebuilt=$R/corr-pilot-128/seeds-3-4/runs.csv \
+      128:rebuilt=$R/corr-main-128/runs.csv 256=$R/calib-256/runs.csv
+  echo
+  echo "## Mixture of experts (tiny-moe), without routing replay"
+  echo
+  $PY -m respo recommend --model tiny-moe 128=$R/moe-128/runs.csv
+  echo
+  echo "## Mixture of experts (tiny-moe), with routing replay"
+  echo
+  $PY -m respo recommend --model tiny-moe --routing-replay 128=$R/moe-128/runs.csv
+} > $R/recommend.md
