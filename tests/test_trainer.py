@@ -252,8 +252,8 @@ def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
 
 
 def test_weights_sha256_is_the_starting_policys_identity():
-    # the same weights give the same digest whatever the order of the state dict; one value moved by
-    # one ulp, or another seed's weights, give another; a preset from scratch records none (its weights
+    # the same weights give the same digest; one value moved by one ulp, or another seed's weights,
+    # give another; a preset from scratch records none (its weights
     # depend on the run's seed, so they are not one starting policy shared by the seeds)
     from respo.train.policy import load_run_policy, weights_sha256
 

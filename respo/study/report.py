@@ -148,8 +148,10 @@ def _shared_lr_tables(at_lr: list[Run], g: dict, objs: list[str], Ns: list[int],
     lines += [f"Held-out prompts: {ev_n}, samples per prompt k = {ev_k}; pass@1 = mean correctness of the k samples.", ""]
     lines += _table(objs, Ns, {k: [pass_at_1(r) for r in v] for k, v in g.items()}, col_name=lambda n: f"N = {n}")
     baselines = [b["eval"] for b in _baselines(sweep_dirs, model)]
-    before_row = lambda cell: "| before RL (the starting policy, same protocol) | " + " | ".join(  # noqa: E731
-        cell for _ in Ns) + " |"
+
+    def before_row(cell: str) -> str:  # the starting policy's value, repeated under every N
+        return "| before RL (the starting policy, same protocol) | " + " | ".join(cell for _ in Ns) + " |"
+
     lines += [before_row(f"{ev['pass@1']:.3f} ± {ev.get('pass@1_se', math.nan):.3f} (se)") for ev in baselines]
     greedy = {k: [greedy_acc(r) for r in v] for k, v in g.items()}
     if any(math.isfinite(x) for v in greedy.values() for x in v):

@@ -48,14 +48,13 @@ def load_run_policy(cfg: TrainConfig) -> Policy:
 
 def weights_sha256(model) -> str:
     """sha256 of a model's state (every tensor's name, dtype, shape and bytes, in name order): the
-    identity of a starting policy. Two warm starts built by the same settings can differ (an SFT run
-    is not bitwise repeatable across machines or library versions), so the settings' hash does not
-    identify the weights; this does."""
+    identity of a starting policy. Two warm starts built by the same settings have come out as
+    different policies, so the settings' hash does not identify the weights; this does."""
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         t = t.detach().to("cpu").contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.view(-1).view(torch.uint8).numpy())  # the tensor's own bytes, hashed without a copy
     return h.hexdigest()
 
 
