@@ -1,6 +1,7 @@
 """Warm start: SFT learns, stops at the target, caches, reuses, and the stored pass rate reproduces."""
 
 import json
+import platform
 import random
 
 import pytest
@@ -10,6 +11,8 @@ from respo.runtime.sft import (
     INFO_FILE,
     SFTConfig,
     _corrupt,
+    built_on,
+    cpu_model,
     encode_pairs,
     load_policy,
     main,
@@ -81,6 +84,30 @@ def test_warm_start_cache_reuse_and_reproducible_pass_rate(small_run):
                              seed=cfg["seed"] + 10**6)
     assert rate == ws.pass_rate
     assert not list(cache.glob(".*"))  # no temporary directories left behind
+
+def test_cpu_model_reads_the_first_model_name_line(tmp_path, monkeypatch):
+    # /proc/cpuinfo repeats a block per core; the first "model name" value, stripped, is the model.
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n\n"
+                    "processor\t: 1\nmodel name\t: something else\n")
+    assert cpu_model(info) == "AMD EPYC 9654 96-Core Processor"
+    # No such line (an ARM cpuinfo), or no file at all: platform.processor(), else "unknown".
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    (tmp_path / "arm").write_text("processor\t: 0\nBogoMIPS\t: 50.00\nmodel name\t:   \n")
+    assert cpu_model(tmp_path / "arm") == "unknown"
+    monkeypatch.setattr(platform, "processor", lambda: "aarch64")
+    assert cpu_model(tmp_path / "missing") == "aarch64"
+
+
+def test_a_warm_start_records_the_machine_it_was_built_on(small_run):
+    # The same settings built on two machines gave two different policies, so the record names the
+    # machine: torch's version, the architecture, the CPU model and torch's CPU kernel dispatch level.
+    _, ws = small_run
+    where = json.loads((ws.path / INFO_FILE).read_text())["built_on"]
+    assert where == built_on("cpu")
+    assert where["torch"] == torch.__version__ and where["machine"] == platform.machine()
+    assert where["cpu"] and where["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert "cuda_device" not in where  # built on the CPU
 
 
 def test_cli_trains_then_reuses(tmp_path, capsys):

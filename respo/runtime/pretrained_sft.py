@@ -39,7 +39,7 @@ import torch
 from .chat import ChatTask
 from .precision import mixed_precision, resolve_device
 from .sampler import sample
-from .sft import INFO_FILE, build_atomically, cache_path, encode_pairs, settings_key, sft_loss
+from .sft import INFO_FILE, build_atomically, built_on, cache_path, encode_pairs, settings_key, sft_loss
 from .tasks import get_task, load_task, score_batch, task_defaults
 from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
 
@@ -172,7 +172,7 @@ def _train(cfg: PretrainedSFTConfig, source: Path, out_dir: Path, log, device: t
         "steps": step, "stopped_by": stopped_by, "in_band": 0.15 <= final["pass"] <= 0.6,
         "train_seconds": round(train_seconds, 1), "final_eval_seconds": round(time.perf_counter() - t1, 1),
         "train_tokens": tokens, "max_new_tokens": max_new, "torch_threads": torch.get_num_threads(),
-        "device": str(device), "history": history,
+        "device": str(device), "built_on": built_on(device), "history": history,
     }
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=1))
     return info

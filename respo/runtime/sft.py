@@ -44,6 +44,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import random
 import shutil
 import sys
@@ -128,6 +129,33 @@ def settings_key(cfg) -> str:
     """Stable 10-hex-digit hash of a settings dataclass (it names the warm start's cache directory)."""
     blob = json.dumps(asdict(cfg), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name: the first ``model name`` line of ``cpuinfo`` (Linux), else
+    ``platform.processor()``, else ``"unknown"``."""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def built_on(device: torch.device | str = "cpu") -> dict:
+    """Where a warm start was built: torch's version, the architecture, the CPU model and the vector
+    instructions torch's CPU kernels dispatch to, and the CUDA device's name when it ran on one. Two
+    machines have built different policies from the same settings and code (float reductions need not
+    round the same way on different hardware), while a rebuild on the same kind of machine reproduced
+    each one's SFT record exactly, so a warm start's record says which machine it is from."""
+    device = torch.device(device)
+    where = {"torch": torch.__version__, "machine": platform.machine(), "cpu": cpu_model(),
+             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if device.type == "cuda":
+        where["cuda_device"] = torch.cuda.get_device_name(device)
+    return where
 
 
 def cache_path(cache_dir: str | Path, name: str, task: str, key: str) -> Path:
@@ -293,6 +321,7 @@ def _train(cfg: SFTConfig, out_dir: Path, log, device: torch.device) -> dict:
         "max_new_tokens": max_new,
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
+        "built_on": built_on(device),
         "history": history,
     }
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
