@@ -179,6 +179,42 @@ def test_fill_regenerates_marked_blocks(tmp_path, monkeypatch):
     with pytest.raises(TableError, match="line 1: respo table: cannot read missing.csv"):
         fill(md)
 
+def test_a_run_given_twice_is_refused_naming_both_places(tmp_path):
+    # Two seeds of grpo (N = 4, 8 updates) in one runs.csv; the same file given twice, or a re-run of seed 0 in a
+    # second sweep directory next to it, would pool seed 0 twice (mean and spread over 3 "seeds" instead of 2).
+    for seed in (0, 1):
+        _run(tmp_path / "a", "grpo", 4, seed, [0.5] * 8)
+    write_runs_csv(load_runs([tmp_path / "a"]), tmp_path / "a.csv")
+    rows, _ = read_rows([tmp_path / "a.csv"])
+    assert [r["seed"] for r in rows] == [0, 1]
+    with pytest.raises(TableError, match=r"duplicate run: grpo lr 3e-05 N 4 seed 0 \(8 updates\) is in "
+                                         r".*a\.csv line 2 and in .*a\.csv line 2; each seed may count once"):
+        read_rows([tmp_path / "a.csv", tmp_path / "a.csv"])
+    again = _run(tmp_path / "b", "grpo", 4, 0, [0.6] * 8)
+    with pytest.raises(TableError, match=rf"seed 0 .* is in .*a\.csv line 2 and in {again}; each seed"):
+        read_rows([tmp_path / "a.csv", tmp_path / "b"])
+    # not duplicates: another learning rate, another N, another budget for the same seed
+    _run(tmp_path / "c", "grpo", 4, 0, [0.5] * 8, lr=1e-4)
+    _run(tmp_path / "d", "grpo", 2, 0, [0.5] * 8)
+    _run(tmp_path / "e", "grpo", 4, 0, [0.5] * 16)
+    rows, _ = read_rows([tmp_path / "a.csv", tmp_path / "c", tmp_path / "d", tmp_path / "e"])
+    assert len(rows) == 5
+    # an unfinished run is not pooled by any table, so a finished re-run of it is no duplicate
+    rows[0]["finished"] = False
+    from respo.study.tables import _check_duplicates
+    _check_duplicates([rows[0], dict(rows[0], finished=True)], ["x", "y"])
+    with pytest.raises(TableError, match="is in x and in y"):
+        _check_duplicates([dict(rows[0], finished=True)] * 2, ["x", "y"])
+
+
+def test_cli_table_refuses_a_duplicate_run_in_one_line(tmp_path):
+    _run(tmp_path / "a", "grpo", 4, 0, [0.5] * 8)
+    write_runs_csv(load_runs([tmp_path / "a"]), tmp_path / "a.csv")
+    p = subprocess.run([sys.executable, "-m", "respo", "table", "headline", str(tmp_path / "a.csv"),
+                        str(tmp_path / "a.csv")], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+    assert "duplicate run: grpo lr 3e-05 N 4 seed 0" in p.stderr
+
 
 def test_cli_table_bad_input_is_one_line(tmp_path):
     (tmp_path / "x.csv").write_text("a\n")

@@ -3,7 +3,9 @@
 A row holds a run's coordinates and the numbers every table aggregates (`COLUMNS`). It is computed
 from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo report` wrote
 (`read_rows`), so every table can be regenerated from the committed ``runs.csv`` files alone. A
-column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table.
+column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table. A
+finished run given twice (the same coordinates and seed in two files or directories, or one file
+passed twice) is refused in one line naming both places: it would count as two seeds.
 
 Per run, over the updates with staleness > 0 (``stale_mean:*``; the first mini-batch of a rollout
 step has log W = 0 exactly), and over all updates otherwise:
@@ -209,14 +211,35 @@ def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
     return rows, {c for c in COLUMNS if c not in header}
 
 
+#: What makes two finished rows the same seed of the same run: counted twice, it would be pooled as two seeds.
+_SEED_KEY = ("model", "task", "task_kwargs", "objective", "loss_agg_mode", "reuse", "group_size", "B", "lr", "seed",
+             "routing_replay", "updates")
+
+
+def _check_duplicates(rows: Sequence[dict], where: Sequence[str]) -> None:
+    """Refuse a finished run given twice (the same `_SEED_KEY`, e.g. one runs.csv passed twice, or a re-run
+    of a committed run next to it), naming both places; a table would count its seed twice."""
+    seen: dict[tuple, int] = {}
+    for i, r in enumerate(rows):
+        if not r["finished"]:
+            continue
+        key = tuple(str(r[c]) for c in _SEED_KEY)
+        j = seen.setdefault(key, i)
+        if j != i:
+            raise TableError(f"duplicate run: {r['objective']} lr {r['lr']:g} N {r['reuse']} seed {r['seed']} "
+                             f"({r['updates']} updates) is in {where[j]} and in {where[i]}; each seed may count once")
+
+
 def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
     """Rows of every run under ``paths``: a ``*.csv`` file is read as a runs.csv, anything else as
-    sweep or run directories. Returns the rows and the columns some given runs.csv lacks."""
-    rows, absent, dirs = [], set(), []
+    sweep or run directories. Returns the rows and the columns some given runs.csv lacks. A finished
+    run found twice (same coordinates and seed) raises `TableError` naming both places."""
+    rows, where, absent, dirs = [], [], set(), []
     for p in map(Path, paths):
         if p.suffix == ".csv":
             got, miss = _read_csv(p)
             rows += got
+            where += [f"{p} line {i}" for i in range(2, 2 + len(got))]
             absent |= miss
         else:
             dirs.append(p)
@@ -225,8 +248,10 @@ def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
         if not runs:
             raise TableError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")
         rows += [run_row(r) for r in runs]
+        where += [str(r.path) for r in runs]
     if not rows:
         raise TableError(f"no runs in {', '.join(map(str, paths))}")
+    _check_duplicates(rows, where)
     return rows, absent
 
 
