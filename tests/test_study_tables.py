@@ -215,6 +215,35 @@ def test_cli_table_refuses_a_duplicate_run_in_one_line(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
     assert "duplicate run: grpo lr 3e-05 N 4 seed 0" in p.stderr
 
+def test_tables_that_pool_seeds_refuse_two_starting_policies(tmp_path, capsys):
+    # grpo seeds 0 and 1 from weights 0123…, seed 2 from weights fedc…: the headline table would pool them as
+    # one objective's seeds; the calib table lists runs one per row and keeps them; an empty start (a run
+    # recorded before the column) is not told apart from either
+    from respo.study.tables import add_arguments
+    for seed, sha in ((0, "0123456789abcdef"), (1, "0123456789abcdef"), (2, "fedcba9876543210"), (3, "")):
+        d = _run(tmp_path / "runs", "grpo", 4, seed, [0.5] * 8)
+        cfg = json.loads((d / "config.json").read_text())
+        if sha:
+            cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": sha * 4}
+        (d / "config.json").write_text(json.dumps(cfg))
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    import argparse
+
+    from respo.study.tables import run as table_run
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(TableError, match=r"two starting policies in one table: grpo_N4_s0 started from 0123456789ab "
+                                         r"and grpo_N4_s2 from fedcba987654"):
+        table_run(p.parse_args(["headline", str(tmp_path / "runs.csv")]))
+    assert table_run(p.parse_args(["calib", str(tmp_path / "runs.csv")])) == 0
+    capsys.readouterr()
+    # without seed 2: one starting policy and a run that recorded none, pooled over 3 seeds
+    with (tmp_path / "runs.csv").open() as f, (tmp_path / "one.csv").open("w", newline="") as g:
+        w = csv.writer(g)
+        w.writerows(r for r in csv.reader(f) if "grpo_N4_s2" not in r)
+    assert table_run(p.parse_args(["headline", str(tmp_path / "one.csv")])) == 0
+    assert "| 3e-05 | 4 | grpo | 0.500 ± 0.000 (3) |" in capsys.readouterr().out
+
 
 def test_cli_table_bad_input_is_one_line(tmp_path):
     (tmp_path / "x.csv").write_text("a\n")

@@ -5,7 +5,8 @@ from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo re
 (`read_rows`), so every table can be regenerated from the committed ``runs.csv`` files alone. A
 column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table. A
 finished run given twice (the same coordinates and seed in two files or directories, or one file
-passed twice) is refused in one line naming both places: it would count as two seeds.
+passed twice) is refused in one line naming both places: it would count as two seeds. The tables
+that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``).
 
 Per run, over the updates with staleness > 0 (``stale_mean:*``; the first mini-batch of a rollout
 step has log W = 0 exactly), and over all updates otherwise:
@@ -228,6 +229,18 @@ def _check_duplicates(rows: Sequence[dict], where: Sequence[str]) -> None:
         if j != i:
             raise TableError(f"duplicate run: {r['objective']} lr {r['lr']:g} N {r['reuse']} seed {r['seed']} "
                              f"({r['updates']} updates) is in {where[j]} and in {where[i]}; each seed may count once")
+
+
+def _check_one_start(rows: Sequence[dict]) -> None:
+    """Refuse rows of two starting policies (different recorded weights, the ``start`` column) in a table
+    that pools runs over seeds; rows recorded before the column (empty ``start``) cannot be told apart."""
+    first: dict | None = None
+    for r in rows:
+        if r["finished"] and r["start"]:
+            first = first or r
+            if r["start"] != first["start"]:
+                raise TableError(f"two starting policies in one table: {first['run']} started from {first['start']} "
+                                 f"and {r['run']} from {r['start']}; make one table per starting policy")
 
 
 def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
@@ -591,6 +604,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
+    if args.kind != "calib":  # the other kinds pool runs over seeds
+        _check_one_start(rows)
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "calib":
