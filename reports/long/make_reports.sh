@@ -28,6 +28,14 @@ if [ -d runs/long/h128c ]; then
   $PY -m respo report runs/long/h128c/runs/* --out $R/corr-main-128 \
       --title "Staleness corrections at 128 tokens: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
 fi
+if [ -d runs/long/h128f ]; then
+  # the staleness corrections in the main 128-token cell (256 updates; main-128's warm start, rebuilt bit for
+  # bit). Its VESPO run at lr 1e-4, seed 0 is a reproduction check of main-128's (equal in every column) and
+  # is left out: main-128/runs.csv holds that seed.
+  $PY -m respo report $(ls -d runs/long/h128f/runs/* | grep -v '/tiny-dense_vespo_N32_G8_lr0.0001_s0_u256$') \
+      --out $R/main-128-corrections \
+      --title "Staleness corrections in the 128-token main cell: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
+fi
 if [ -d runs/long/moe128 ]; then
   # the MoE cell at 128 tokens: VESPO, ReSPO and TIS with and without routing replay (tiny-moe warm start)
   $PY -m respo report runs/long/moe128/runs/* --out $R/moe-128 --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
@@ -42,19 +50,23 @@ $PY -m respo table headline $R/calib-256/runs.csv --reuse 32 --lrs 1e-4 > $R/cal
 $PY -m respo table fill $R/report.md
 $PY -m respo table fill $R/corr-pilot-128/README.md
 $PY -m respo table fill $R/corr-main-128/README.md
+$PY -m respo table fill $R/main-128-corrections/README.md
 if [ -f $R/moe-128/README.md ]; then $PY -m respo table fill $R/moe-128/README.md; fi
 
-# which objective to use, per response length x N (32 tokens: the staleness study; "128 (rebuilt)": the
-# corrections' cells, whose warm start differs from the other 128-token cells'), dense then MoE
+# which objective to use, per response length x N (32 tokens: the staleness study; "128": the long report's
+# 128-token cells, the corrections' runs on the same warm start included; "128 (rebuilt)": the corrections'
+# cells on another warm start), dense then MoE
 {
   echo "# Which objective to use, by response length × N"
   echo
   echo "Written by reports/long/make_reports.sh from the committed runs.csv files. \"128 (rebuilt)\" marks"
-  echo "the staleness corrections' cells, which start from another 128-token warm start than the other 128-token cells."
+  echo "the staleness corrections' first cells, which start from another 128-token warm start than the other"
+  echo "128-token cells; the corrections were then also run from the long report's own 128-token warm start (\"128\")."
   echo
   echo "## Dense (tiny-dense)"
   echo
   $PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \
+      128=$R/main-128-corrections/runs.csv \
       128:rebuilt=$R/corr-pilot-128/runs.csv 128:rebuilt=$R/corr-pilot-128/seeds-3-4/runs.csv \
       128:rebuilt=$R/corr-main-128/runs.csv 256=$R/calib-256/runs.csv
   echo
