@@ -29,8 +29,8 @@ if [ -d runs/long/h128c ]; then
       --title "Staleness corrections at 128 tokens: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
 fi
 if [ -d runs/long/h128f ]; then
-  # the staleness corrections in the main 128-token cell (256 updates; main-128's warm start, rebuilt bit for
-  # bit). Its VESPO run at lr 1e-4, seed 0 is a reproduction check of main-128's (equal in every column) and
+  # the staleness corrections in the main 128-token cell (256 updates; main-128's warm start, rebuilt with an
+  # identical SFT record). Its VESPO run at lr 1e-4, seed 0 is a reproduction check of main-128's (equal in every column) and
   # is left out: main-128/runs.csv holds that seed.
   $PY -m respo report $(ls -d runs/long/h128f/runs/* | grep -v '/tiny-dense_vespo_N32_G8_lr0.0001_s0_u256$') \
       --out $R/main-128-corrections \
