@@ -40,6 +40,11 @@ if [ -d runs/long/moe128 ]; then
   # the MoE cell at 128 tokens: VESPO, ReSPO and TIS with and without routing replay (tiny-moe warm start)
   $PY -m respo report runs/long/moe128/runs/* --out $R/moe-128 --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
 fi
+if [ -d runs/long/moe128m ]; then
+  # the same MoE cell over 8 rollout steps (256 updates; the same tiny-moe warm start, rebuilt with an identical SFT record)
+  $PY -m respo report runs/long/moe128m/runs/* --out $R/moe-128-main \
+      --title "MoE at 128 tokens: routing replay, N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
+fi
 
 # tables from runs.csv (the run directories are not needed)
 $PY -m respo table calib $R/calib-128/runs.csv > $R/calib-128/table.md
@@ -51,7 +56,8 @@ $PY -m respo table fill $R/report.md
 $PY -m respo table fill $R/corr-pilot-128/README.md
 $PY -m respo table fill $R/corr-main-128/README.md
 $PY -m respo table fill $R/main-128-corrections/README.md
-if [ -f $R/moe-128/README.md ]; then $PY -m respo table fill $R/moe-128/README.md; fi
+$PY -m respo table fill $R/moe-128/README.md
+$PY -m respo table fill $R/moe-128-main/README.md
 
 # which objective to use, per response length x N (32 tokens: the staleness study; "128": the long report's
 # 128-token cells, the corrections' runs on the same warm start included; "128 (rebuilt)": the corrections'
@@ -72,9 +78,9 @@ if [ -f $R/moe-128/README.md ]; then $PY -m respo table fill $R/moe-128/README.m
   echo
   echo "## Mixture of experts (tiny-moe), without routing replay"
   echo
-  $PY -m respo recommend --model tiny-moe 128=$R/moe-128/runs.csv
+  $PY -m respo recommend --model tiny-moe 128=$R/moe-128/runs.csv 128=$R/moe-128-main/runs.csv
   echo
   echo "## Mixture of experts (tiny-moe), with routing replay"
   echo
-  $PY -m respo recommend --model tiny-moe --routing-replay 128=$R/moe-128/runs.csv
+  $PY -m respo recommend --model tiny-moe --routing-replay 128=$R/moe-128/runs.csv 128=$R/moe-128-main/runs.csv
 } > $R/recommend.md
