@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import respo
 from respo.core import corrections as C
 from respo.core.aggregation import agg_loss
 
@@ -335,6 +336,46 @@ def test_m2po_is_not_micro_batch_invariant_but_additive_given_the_mask():
     full = agg_loss(-(keep * adv) * ratio, mask, "token-mean")
     parts = sum(agg_loss((-(keep * adv) * ratio)[r], mask[r], "token-mean", global_tokens=mask.sum()) for r in (slice(0, 4), slice(4, 10)))
     assert parts.item() == pytest.approx(full.item(), rel=1e-12)
+
+
+def test_m2po_row_groups_select_within_each_micro_batch():
+    # The example above: row 0 has one valid token with (ln w)² = 4, row 1 three with (ln w)² = .01.
+    # One group (the whole batch): drop the 4 (A0 = 4.03/4 > .04, A1 = .01 < .04); kept 3 of 4 tokens.
+    # row_groups = [0, 1], two micro-batches: row 0 alone keeps its one token (at least one is kept), row 1
+    # alone has A0 = .01 < .04 and keeps all three: nothing is silenced, the concatenation of the two
+    # separate selections.
+    logp = torch.full((2, 3), -1.0, dtype=f64)
+    old = logp - torch.tensor([[2.0, 0.0, 0.0], [0.1, -0.1, 0.1]], dtype=f64)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1]], dtype=f64)
+    log_w = C.token_log_weight(logp, old, mask)
+    assert C.m2po_keep(log_w, mask, 0.04, groups=torch.tensor([0, 1])).tolist() == [[True, False, False], [True, True, True]]
+    assert C.m2po_keep(log_w, mask, 0.04, groups=torch.tensor([3, 3])).tolist() == [[False, False, False], [True, True, True]]
+    # Through the objective (Â = +1 for row 0, −1 for row 1): silenced 1 of 4 tokens without groups, 0 with;
+    # the kept ratios: e² (row 0) and e^.1, e^−.1, e^.1 (row 1), so the loss −Σ M·r·Â/4 with groups is
+    # (−e² + e^.1 + e^−.1 + e^.1)/4 and without (e^.1 + e^−.1 + e^.1)/4.
+    adv = torch.tensor([1.0, -1.0], dtype=f64)
+    e = math.exp
+    loss_g, diag_g = respo.policy_loss("m2po", logp, old, adv, mask, row_groups=torch.tensor([0, 1]))
+    loss_1, diag_1 = respo.policy_loss("m2po", logp, old, adv, mask)
+    assert loss_g.item() == pytest.approx((-e(2) + 2 * e(0.1) + e(-0.1)) / 4, rel=1e-12)
+    assert loss_1.item() == pytest.approx((2 * e(0.1) + e(-0.1)) / 4, rel=1e-12)
+    assert diag_g["corr/mask_frac"].item() == 0.0 and diag_1["corr/mask_frac"].item() == pytest.approx(1 / 4)
+    # objectives whose decisions are per token or per sequence ignore the grouping
+    for name in ("tis", "mis", "icepop", "grpo"):
+        a, _ = respo.policy_loss(name, logp, old, adv, mask, row_groups=torch.tensor([0, 1]))
+        b, _ = respo.policy_loss(name, logp, old, adv, mask)
+        assert a.item() == b.item()
+
+
+@pytest.mark.parametrize("groups, match", [
+    (torch.tensor([0, 1, 2]), r"row_groups must be a \(B,\) = \(2,\) integer tensor"),
+    (torch.tensor([0.0, 1.0]), r"row_groups must be a \(B,\) = \(2,\) integer tensor"),
+    ([0, 1], r"row_groups must be a \(B,\) = \(2,\) integer tensor"),
+])
+def test_row_groups_bad_input_is_named(groups, match):
+    logp = torch.zeros(2, 3, dtype=f64)
+    with pytest.raises(ValueError, match=match):
+        respo.policy_loss("m2po", logp, logp, torch.ones(2, dtype=f64), torch.ones(2, 3), row_groups=groups)
 
 
 def test_m2po_mask_properties():

@@ -372,6 +372,83 @@ def test_m2po_folds_rollout_is_weights(default_actor):
 
 
 # ------------------------------------------------------------------------------------------------
+# OPSM, which verl lacks (its rollout_rs rejects by KL whatever the advantage sign)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_opsm_by_hand_inside_verl(default_actor):
+    # 2 rows, T = 2, old = 0. Row 0: logp = −1, −1, Â = −1: KL_0 = mean(old − logp) = 1 > δ = .5 and Â < 0,
+    # so K_0 = 0. Row 1: logp = .1, .1, Â = +1: kept whatever its KL. verl's clip: r = e^.1 = 1.105 inside
+    # [.8, 1.2], ℓ = −Â·r = −e^.1 per token. token-mean over all 4 tokens (the masked row still counts):
+    # L = −2e^.1/4; ∂L/∂logp = −e^.1/4 on row 1, 0 on row 0.
+    # With δ = 2 row 0 is kept: r = e^−1 = .368, −Â·r = .368 < −Â·clip(r) = .8, dual clip min(3, .8) = .8 per
+    # token: L = (1.6 − 2e^.1)/4.
+    old = torch.zeros(2, 2, dtype=torch.float64)
+    logp = torch.tensor([[-1.0, -1.0], [0.1, 0.1]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    e = math.exp(0.1)
+    loss, metrics = get_policy_loss_fn("opsm")(old, logp, adv, mask, "token-mean", default_actor, None)
+    assert loss.item() == pytest.approx(-2 * e / 4, rel=1e-12)
+    expected = torch.tensor([[0.0, 0.0], [-e / 4, -e / 4]], dtype=torch.float64)
+    assert torch.allclose(grad_of(loss, logp), expected, rtol=1e-12, atol=1e-15)
+    assert metrics["respo/corr/mask_frac"] == pytest.approx(1 / 2)  # one of two rows
+    assert metrics["respo/corr/mask_frac/neg"] == 1.0 and metrics["respo/corr/mask_frac/pos"] == 0.0
+    assert metrics["respo/corr/silenced_adv_share/neg"] == 1.0
+    assert metrics["actor/ppo_kl"] == pytest.approx((1 + 1 - 0.1 - 0.1) / 4)
+    loose = actor_config(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=opsm",
+        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
+        "+actor_rollout_ref.actor.policy_loss.opsm_delta=2.0",
+    )
+    assert loose.policy_loss.opsm_delta == 2.0
+    loss, metrics = get_policy_loss_fn("opsm")(old, logp, adv, mask, "token-mean", loose, None)
+    assert loss.item() == pytest.approx((1.6 - 2 * e) / 4, rel=1e-12)
+    assert metrics["respo/corr/mask_frac"] == 0.0
+    with pytest.raises(ValueError, match="opsm: opsm_delta must be >= 0"):
+        rv.RespoPolicyLossConfig(opsm_delta=-1.0)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_opsm_is_verls_ppo_loss_times_trls_mask(default_actor, mode):
+    # the loss and gradient of verl's vanilla PPO loss with TRL's off-policy mask as row weights
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+
+    grpo_trainer = pytest.importorskip("trl.trainer.grpo_trainer")
+    logp, old, adv, adv_seq, mask = batch(6)
+    m = mask.double()
+    config = actor_config(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=opsm",
+        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
+        "+actor_rollout_ref.actor.policy_loss.opsm_delta=0.1",
+    )
+    keep = grpo_trainer.GRPOTrainer.get_off_policy_mask(adv_seq.unsqueeze(-1), logp.detach(), old, m, 0.1)  # (B, 1)
+    assert 0 < keep.sum() < (m.sum(-1) > 0).sum()  # the example masks a row and keeps others
+    loss, metrics = get_policy_loss_fn("opsm")(old, logp, adv, mask, mode, config, None)
+    theirs, _ = compute_policy_loss_vanilla(old, logp, adv, mask, mode, config, keep.expand_as(m))
+    assert torch.allclose(loss, theirs, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(grad_of(loss, logp), grad_of(theirs, logp), rtol=1e-12, atol=1e-15)
+    rows = m.sum(-1) > 0
+    assert metrics["respo/corr/mask_frac"] == pytest.approx(((keep.squeeze(-1) == 0) & rows).sum().item() / rows.sum().item())
+
+
+def test_opsm_folds_rollout_is_weights_into_the_kl_and_weighs_like_verl(default_actor):
+    # token weights ρ: the KL is that of the rollout policy (old − log ρ), and verl multiplies the loss by ρ
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+
+    logp, old, adv, adv_seq, mask = batch(11)
+    m = mask.double()
+    rho = torch.exp(0.5 * torch.randn(old.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))) * m
+    from respo.core import corrections
+
+    keep = corrections.opsm_keep(corrections.token_log_weight(logp, old - torch.log(rho.clamp(min=1e-30)), m), adv_seq, m, 0.5)
+    assert not torch.equal(keep, corrections.opsm_keep(corrections.token_log_weight(logp, old, m), adv_seq, m, 0.5))
+    loss, _ = get_policy_loss_fn("opsm")(old, logp, adv, mask, "token-mean", default_actor, rho)
+    theirs, _ = compute_policy_loss_vanilla(old, logp, adv, mask, "token-mean", default_actor, keep.double().unsqueeze(-1) * rho)
+    assert torch.allclose(loss, theirs, rtol=1e-12, atol=1e-15)
+
+
+# ------------------------------------------------------------------------------------------------
 # Launch recipe: bash -n and a dry composition with verl's config (no GPU)
 # ------------------------------------------------------------------------------------------------
 
@@ -408,6 +485,7 @@ def test_scripts_parse():
         ("sapo", 8, "sapo"),
         ("gmpo", 8, "geo_mean"),
         ("m2po", 8, "m2po"),
+        ("opsm", 32, "opsm"),
     ],
 )
 def test_recipe_composes_and_validates_with_verl(objective, reuse, loss_mode):

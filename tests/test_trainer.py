@@ -251,6 +251,30 @@ def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
     assert "chi2_token" in m_dec and "corr/silenced_adv_share/pos" in m_dec
 
 
+def test_m2po_diagnostics_describe_the_mask_each_micro_batch_applied(setup):
+    # M2PO selects over the batch of each call, so with micro-batches the training step silences a
+    # per-micro-batch selection; the update's logged corr/ fractions must count that selection, not the one
+    # the whole mini-batch would give.
+    from respo.core import corrections as C
+
+    cfg = _cfg(micro_batch=2)
+    batch = _rollout(setup, cfg, cfg.prompts)
+    model = copy.deepcopy(setup[0].model)
+    opt, sched = make_optimizer(model, cfg)
+    update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "reinforce"}))  # now batch is stale
+    before = copy.deepcopy(model)
+    tau = 1e-4  # small enough that each micro-batch drops some tokens
+    metrics, _ = update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "m2po", "objective_kwargs": {"tau": tau}}))
+    logp = recompute_logp(before, batch, cfg)  # π_θ before the step, per micro-batch as the training forward saw it
+    log_w = C.token_log_weight(logp, batch.old_logp, batch.mask)
+    valid = batch.mask > 0
+    applied = torch.cat([C.m2po_keep(log_w[i:i + 2], batch.mask[i:i + 2], tau) for i in range(0, len(batch.mask), 2)])
+    whole = C.m2po_keep(log_w, batch.mask, tau)
+    expected = float((valid & ~applied).sum() / valid.sum())
+    assert float((valid & ~whole).sum() / valid.sum()) != pytest.approx(expected)  # the example tells the two apart
+    assert float(metrics["corr/mask_frac"]) == pytest.approx(expected, rel=1e-6)
+
+
 def test_weights_sha256_is_the_starting_policys_identity():
     # the same weights give the same digest; one value moved by one ulp, or another seed's weights,
     # give another; a preset from scratch records none (its weights

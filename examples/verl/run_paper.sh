@@ -15,7 +15,10 @@
 #   --data DIR holds train.parquet and test.parquet, as written by examples/verl/prepare_data.sh.
 #   --objective picks the policy loss; the baselines run from the same script:
 #       respo | vespo | topr | reinforce | reshaped   respo's objectives, registered with verl
-#       m2po  -> respo's M2PO, registered with verl (tau = 0.04; +actor_rollout_ref.actor.policy_loss.m2po_tau=...)
+#       m2po  -> respo's M2PO, registered with verl (tau = 0.04; +actor_rollout_ref.actor.policy_loss.m2po_tau=...);
+#                selects per micro-batch, i.e. per ppo_max_token_len_per_gpu token budget under dynamic batching
+#       opsm  -> respo's OPSM, registered with verl: verl's PPO loss (clip 0.2, dual clip c = 3) on the rows
+#                OPSM keeps (delta = 0.5; +actor_rollout_ref.actor.policy_loss.opsm_delta=...)
 #       TIS, MIS, IcePop and decoupled PPO are verl's own algorithm.rollout_correction settings (pass them
 #       after `--`; docs/method.md gives the mapping)
 #       grpo  -> verl's "vanilla" (token PPO clip 0.2, dual clip c = 3)
@@ -91,7 +94,7 @@ CLIP_LOW=0.2
 CLIP_HIGH=0.2
 RESPO_TARGET=0
 case "$OBJECTIVE" in
-  respo|vespo|topr|reinforce|reshaped|m2po) LOSS_MODE="$OBJECTIVE"; RESPO_TARGET=1 ;;
+  respo|vespo|topr|reinforce|reshaped|m2po|opsm) LOSS_MODE="$OBJECTIVE"; RESPO_TARGET=1 ;;
   grpo) LOSS_MODE=vanilla ;;
   gspo) LOSS_MODE=gspo; AGG=seq-mean-token-mean; CLIP_LOW=3e-4; CLIP_HIGH=4e-4 ;;
   cispo) LOSS_MODE=cispo ;;

@@ -36,6 +36,7 @@ class LossInputs:
     n_nonfinite: torch.Tensor  # 0-d, rows dropped for NaN/inf (always 0 under "raise")
     n_empty: torch.Tensor  # 0-d, rows with no valid token
     extra: Mapping[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, T) extra per-token input, detached
+    row_groups: Optional[torch.Tensor] = None  # (B,) integer micro-batch of each row, or None (one batch)
 
 
 def _check_float(name: str, x: torch.Tensor) -> None:
@@ -57,6 +58,19 @@ def _as_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         rows = int(bad.any(dim=-1).sum())
         raise ValueError(f"mask must contain only 0 and 1; {rows} row(s) hold other values")
     return mask.to(dtype)
+
+
+def check_row_groups(row_groups, batch_size: int) -> Optional[torch.Tensor]:
+    """``row_groups`` as given when it is a (B,) integer tensor (or None); else a ValueError naming it."""
+    if row_groups is None:
+        return None
+    ok = isinstance(row_groups, torch.Tensor) and row_groups.shape == (batch_size,) and not (
+        row_groups.is_floating_point() or row_groups.is_complex() or row_groups.dtype == torch.bool)
+    if not ok:
+        got = (f"{row_groups.dtype} tensor of shape {tuple(row_groups.shape)}" if isinstance(row_groups, torch.Tensor)
+               else type(row_groups).__name__)
+        raise ValueError(f"row_groups must be a (B,) = ({batch_size},) integer tensor (the micro-batch of each row), got {got}")
+    return row_groups
 
 
 def check_inputs(

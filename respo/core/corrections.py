@@ -189,14 +189,24 @@ def masked_weight(log_w: torch.Tensor, lo: float, hi: float) -> Tuple[torch.Tens
     return torch.where(out, torch.zeros_like(w), w), out
 
 
-def m2po_keep(log_w: torch.Tensor, mask: torch.Tensor, tau: float) -> torch.Tensor:
+def m2po_keep(log_w: torch.Tensor, mask: torch.Tensor, tau: float,
+              groups: Optional[torch.Tensor] = None) -> torch.Tensor:
     """M2PO's second-moment mask M over the valid tokens of the whole batch, (B, T) bool.
 
     Sort the valid tokens by v = (log w)² in descending order, v_(1) ≥ … ≥ v_(n). The mean of the
     n − k smallest, A_k = (1/(n−k)) Σ_{j>k} v_(j), does not increase with k; drop the k* largest with
     k* = the first k such that A_k < τ (AReaL's ``_get_m2po_loss_mask``), and keep at least one
     token (k* ≤ n − 1). Ties are broken by the sort order.
+
+    ``groups`` (B,) integer: select within each set of rows sharing a value (the micro-batches of a
+    step, each of which selected on its own), instead of over the whole batch.
     """
+    if groups is not None:
+        keep = torch.zeros_like(mask, dtype=torch.bool)
+        for g in torch.unique(groups):
+            rows = groups == g
+            keep[rows] = m2po_keep(log_w[rows], mask[rows], tau)
+        return keep
     valid = _valid(mask)  # (B, T)
     v = torch.where(valid, log_w.detach().square(), torch.full_like(log_w, -1.0)).flatten()  # invalid sort last
     n = valid.sum()
@@ -298,10 +308,11 @@ def icepop(logp, old_logp, adv, mask, *, lo: float = 0.5, hi: float = 5.0, log_r
     return mis(logp, old_logp, adv, mask, level="token", lo=lo, hi=hi, log_rho=log_rho)
 
 
-def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None) -> Correction:
-    """M2PO: ℓ = −M·r·Â with r = exp(clamp(log w)) (gradient through r) and M = ``m2po_keep``."""
+def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None, groups=None) -> Correction:
+    """M2PO: ℓ = −M·r·Â with r = exp(clamp(log w)) (gradient through r) and M = ``m2po_keep`` (within
+    each of ``groups`` when given)."""
     log_w = token_log_weight(logp, old_logp, mask, log_rho)  # (B, T) detached
-    keep = m2po_keep(log_w, mask, tau)  # (B, T)
+    keep = m2po_keep(log_w, mask, tau, groups)  # (B, T)
     log_r = logp - old_logp.detach() if log_rho is None else logp - old_logp.detach() + log_rho.detach()
     ratio = torch.exp(log_r.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
     k = keep.to(ratio.dtype)

@@ -85,7 +85,7 @@ import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
 from respo.core import corrections
-from respo.core.checks import LossInputs, check_inputs
+from respo.core.checks import LossInputs, check_inputs, check_row_groups
 from respo.core.diagnostics import weight_diagnostics
 from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
                                 truncated_kernel, two_branch, unit_kernel, vespo_kernel)  # fmt: skip
@@ -437,7 +437,7 @@ def _m2po(tau: float = 0.04) -> TermFn:
     """
     tau = corrections.check_positive("tau", tau, what="m2po")
     return _correction_term("m2po", lambda i: corrections.m2po(i.logp, i.old_logp, i.adv, i.mask, tau=tau,
-                                                               log_rho=i.rollout_log_ratio))  # fmt: skip
+                                                               log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
 
 
 def _decoupled(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: Optional[float] = None,
@@ -596,6 +596,7 @@ class Objective:
         loss_scale_factor: Optional[float] = None,
         nan_policy: str = "raise",
         diagnostics: bool = True,
+        row_groups: Optional[torch.Tensor] = None,
         **extra: torch.Tensor,
     ) -> Tuple[torch.Tensor, Metrics]:
         """Loss and metrics of this objective (see ``policy_loss`` for the arguments).
@@ -614,6 +615,8 @@ class Objective:
         # The pipeline: check → token log ratio → rollout weight → term → aggregate → metrics.
         extra = {k: v for k, v in extra.items() if v is not None or k in self.inputs}  # an optional one left out
         inputs = check_inputs(logp, old_logp, advantages, mask, rollout_log_ratio, nan_policy, extra)
+        if row_groups is not None:
+            inputs = dataclasses.replace(inputs, row_groups=check_row_groups(row_groups, logp.shape[0]))
         log_ratio = token_log_ratio(inputs.logp, inputs.old_logp)  # (B, T), with grad
         term = self.term(inputs, log_ratio, _rollout_weight(inputs))
         if self.per_sequence:
@@ -704,7 +707,8 @@ def policy_loss(
         inference mismatch correction); ``global_tokens``, ``global_seqs`` counts of the global batch,
         for micro-batch invariance; ``loss_scale_factor`` H for ``seq-mean-token-sum-norm``;
         ``nan_policy`` ``raise`` (default) or ``mask`` (drop and count bad rows); ``diagnostics``
-        (on by default; cheap, (B,)-sized). Then the extra (B, T) tensors the objective's entry
+        (on by default; cheap, (B,)-sized); ``row_groups`` optional (B,) integer micro-batch of each
+        row, within which a selection spanning the batch (M2PO's) is made (None: the whole batch). Then the extra (B, T) tensors the objective's entry
         declares (e.g. ``prox_logp``), and its hyperparameters (``hyperparameters(name)`` lists them).
 
     Returns:

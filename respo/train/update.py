@@ -167,7 +167,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     router_now = []  # MoE: the experts the current router picks, per micro-batch
     objective = run_objective(cfg) if objective is None else objective
     takes_prox = "prox_logp" in objective.inputs + objective.optional_inputs
-    for i, j in micro_batches(batch.mask, batch.response_start, cfg):
+    ranges = micro_batches(batch.mask, batch.response_start, cfg)
+    for i, j in ranges:
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
         mask = mb.mask.to(device)  # (m, t)
@@ -189,8 +190,11 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     lr = optimizer.param_groups[0]["lr"]
     optimizer.step()
     scheduler.step()
+    # the diagnostics of the whole mini-batch, each row in its micro-batch (M2PO selected within each)
+    groups = torch.cat([torch.full((j - i,), k, dtype=torch.long) for k, (i, j) in enumerate(ranges)])  # (S,)
     with torch.no_grad():
-        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask, **({"prox_logp": logp_all} if takes_prox else {}))
+        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask, row_groups=groups,
+                            **({"prox_logp": logp_all} if takes_prox else {}))
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)

@@ -1,6 +1,6 @@
 """respo's objectives as verl policy losses. Importing this module registers them.
 
-    import respo.integrations.verl          # registers respo, vespo, topr, reinforce, reshaped
+    import respo.integrations.verl          # registers respo, vespo, topr, reinforce, reshaped, m2po, opsm
     actor_rollout_ref.actor.policy_loss.loss_mode=respo
 
 Every registered loss is REINFORCE-shaped with a detached sequence coefficient computed by
@@ -56,7 +56,18 @@ M2PO, which verl 0.9.1 lacks, is registered as ``loss_mode=m2po`` (``m2po_policy
     (log r)² of the kept tokens is below τ (``+actor_rollout_ref.actor.policy_loss.m2po_tau``, default 0.04)
 
 verl calls a policy loss once per micro-batch, so the M2PO selection is per micro-batch (as in AReaL's
-loss function); set ``ppo_micro_batch_size_per_gpu`` to the mini-batch to select over the whole update.
+loss function). To select over the whole update, make the micro-batch the mini-batch: with
+``use_dynamic_bsz=False``, ``ppo_micro_batch_size_per_gpu`` equal to the mini-batch per GPU; with
+``use_dynamic_bsz=True`` (``examples/verl/run_paper.sh``), ``ppo_max_token_len_per_gpu`` at least the
+mini-batch's tokens per GPU, since dynamic batching packs micro-batches by that token budget.
+
+OPSM (DeepSeek-V3.2's off-policy sequence masking), which verl 0.9.1 also lacks, is registered as
+``loss_mode=opsm`` (``opsm_policy_loss``): verl's own PPO loss (``compute_policy_loss_vanilla``, with the
+actor's ``clip_ratio_low``/``clip_ratio_high``/``clip_ratio_c``) with each row's weight multiplied by the
+core's ``opsm_keep``: K_i = 0 for Â_i < 0 whose mean per-token KL_i = mean_t(log π_old − log π_θ − log ρ)
+exceeds δ (``+actor_rollout_ref.actor.policy_loss.opsm_delta``, default 0.5). verl's rejection sampling
+(``rollout_rs``) rejects by KL whatever the advantage sign, so it is not OPSM.
+
 The other staleness corrections verl ships itself (``algorithm.rollout_correction``: TIS, MIS/rejection,
 IcePop, decoupled mode); docs/method.md maps respo's names onto verl's settings.
 
@@ -78,7 +89,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import torch
-from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, compute_policy_loss_vanilla, register_policy_loss
 from verl.workers.config import PolicyLossConfig
 
 from respo import OBJECTIVES as CORE_OBJECTIVES
@@ -106,6 +117,7 @@ __all__ = [
     "fold_rollout_is_weights",
     "kernels_for",
     "m2po_policy_loss",
+    "opsm_policy_loss",
     "register",
     "reshaped_policy_loss",
     "verl_name",
@@ -115,8 +127,9 @@ __all__ = [
 #: objectives made of two kernels.
 OBJECTIVES = tuple(name for name in CORE_OBJECTIVES if build_objective(name).kernels is not None)
 #: staleness corrections verl 0.9.1 does not ship (it has TIS, MIS, IcePop and decoupled PPO itself).
-CORRECTIONS = ("m2po",)
-M2PO_TAU = 0.04  # AReaL's m2_threshold
+CORRECTIONS = ("m2po", "opsm")
+M2PO_TAU = hyperparameters("m2po")["tau"]  # AReaL's m2_threshold
+OPSM_DELTA = hyperparameters("opsm")["delta"]  # TRL's documented off_policy_mask_threshold example
 ROLLOUT_IS_LEVELS = ROLLOUT_LEVELS
 
 
@@ -133,6 +146,7 @@ class RespoPolicyLossConfig(PolicyLossConfig):
         rollout_is_level: how ``rollout_is_weights`` are folded: ``auto``, ``token`` or ``sequence``
             (set it to ``algorithm.rollout_correction.rollout_is``; None means ``auto``).
         m2po_tau: M2PO's second-moment threshold τ > 0 (``loss_mode=m2po``).
+        opsm_delta: OPSM's KL threshold δ ≥ 0 (``loss_mode=opsm``).
     """
 
     respo_pos: list = field(default_factory=lambda: list(RESPO_POS))
@@ -144,6 +158,7 @@ class RespoPolicyLossConfig(PolicyLossConfig):
     log_w_clamp: float = LOG_W_CLAMP
     rollout_is_level: Optional[str] = "auto"
     m2po_tau: float = M2PO_TAU
+    opsm_delta: float = OPSM_DELTA
 
     def __post_init__(self):
         # Fail at config time (in every worker), not at the first loss call.
@@ -154,6 +169,7 @@ class RespoPolicyLossConfig(PolicyLossConfig):
         if not (math.isfinite(float(self.log_w_clamp)) and float(self.log_w_clamp) > 0):
             raise ValueError(f"log_w_clamp must be a positive number, got {self.log_w_clamp!r}")
         corrections.check_positive("m2po_tau", self.m2po_tau, what="m2po")
+        corrections.check_positive("opsm_delta", self.opsm_delta, what="opsm", allow_zero=True)
 
 
 def _floats(values: Sequence[Any], n: int, name: str) -> tuple:
@@ -286,6 +302,18 @@ def reshaped_policy_loss(
     return pg_loss, metrics
 
 
+def _correction_inputs(old_log_prob, log_prob, advantages, response_mask, config, rollout_is_weights):
+    """What the correction losses share: (policy_loss config, log ρ (B, T) or None, the mask m (B, T) without
+    the tokens whose rollout weight is 0, the sequence advantage (B,), log w = logp − old_logp + log ρ (B, T),
+    detached)."""
+    policy_loss = getattr(config, "policy_loss", None)
+    log_rho, keep = fold_rollout_is_weights(rollout_is_weights, response_mask, _get(policy_loss, "rollout_is_level", "auto"))
+    m = keep.to(log_prob.dtype)  # (B, T)
+    adv_seq = (advantages.detach() * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,)
+    log_w = corrections.token_log_weight(log_prob, old_log_prob, m, log_rho)  # (B, T)
+    return policy_loss, log_rho, m, adv_seq, log_w
+
+
 def m2po_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -302,21 +330,56 @@ def m2po_policy_loss(
     Metrics: ``actor/ppo_kl`` and the core's correction diagnostics under ``respo/`` (``respo/corr/mask_frac``,
     ``respo/corr/mask_frac/pos``, ``respo/corr/silenced_adv_share/pos``, ``respo/chi2_token``, ...).
     """
-    policy_loss = getattr(config, "policy_loss", None)
+    policy_loss, log_rho, m, adv_seq, log_w = _correction_inputs(old_log_prob, log_prob, advantages, response_mask,
+                                                                 config, rollout_is_weights)  # fmt: skip
     tau = corrections.check_positive("m2po_tau", _get(policy_loss, "m2po_tau", M2PO_TAU), what="m2po")
-    log_rho, keep = fold_rollout_is_weights(rollout_is_weights, response_mask, _get(policy_loss, "rollout_is_level", "auto"))
-    m = keep.to(log_prob.dtype)  # (B, T)
     corr = corrections.m2po(log_prob, old_log_prob.detach(), advantages.detach(), m, tau=tau, log_rho=log_rho)
     batch_info = dict(getattr(config, "global_batch_info", None) or {})
     pg_loss = agg_loss(loss_mat=corr.values * m, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info)
-    n_tok = m.sum(dim=-1)  # (B,)
-    adv_seq = (advantages.detach() * m).sum(dim=-1) / n_tok.clamp(min=1)  # (B,)
-    log_w = corrections.token_log_weight(log_prob, old_log_prob, m, log_rho)  # (B, T)
     diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
     diag.update(corrections.chi2(log_w, m))
     ppo_kl = -corrections.token_log_weight(log_prob, old_log_prob, m).sum() / m.sum().clamp(min=1)
     metrics: dict[str, Any] = {"actor/pg_clipfrac": 0.0, "actor/pg_clipfrac_lower": 0.0}
     metrics.update(_float_metrics({"actor/ppo_kl": ppo_kl, **{f"respo/{k}": v for k, v in diag.items()}}))
+    return pg_loss, metrics
+
+
+def opsm_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy loss for OPSM: verl's ``compute_policy_loss_vanilla`` with the row weights K_i·ρ_it.
+
+    K_i is the core's ``opsm_keep`` (see the module docstring) on log w = logp − old_logp + log ρ, ρ being
+    ``rollout_is_weights`` folded per ``rollout_is_level``; verl's loss then multiplies the per-token
+    PPO losses by K_i·ρ_it as it multiplies them by ρ_it alone (its aggregation, clip settings and metrics).
+    Metrics: verl's, and the core's correction diagnostics under ``respo/`` (``respo/corr/mask_frac``:
+    the share of rows masked, ``/neg``, ``respo/corr/silenced_adv_share/neg``, ``respo/chi2_seq``, ...).
+    """
+    policy_loss, log_rho, m, adv_seq, log_w = _correction_inputs(old_log_prob, log_prob, advantages, response_mask,
+                                                                 config, rollout_is_weights)  # fmt: skip
+    delta = corrections.check_positive("opsm_delta", _get(policy_loss, "opsm_delta", OPSM_DELTA), what="opsm",
+                                       allow_zero=True)  # fmt: skip
+    keep = corrections.opsm_keep(log_w, adv_seq, m, delta).to(log_prob.dtype).unsqueeze(-1)  # (B, 1)
+    weights = keep.expand_as(m) if rollout_is_weights is None else keep * rollout_is_weights
+    pg_loss, metrics = compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+                                                   config, weights)  # fmt: skip
+    with torch.no_grad():  # the diagnostics: the same mask through the core's correction
+        clip = float(config.clip_ratio)
+        low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
+        high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
+        corr = corrections.opsm(log_prob.detach(), old_log_prob.detach(), advantages.detach(), adv_seq, m, delta=delta,
+                                clip_ratio_low=float(low), clip_ratio_high=float(high),
+                                clip_ratio_c=float(config.get("clip_ratio_c", 3.0)), log_rho=log_rho)  # fmt: skip
+        diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
+        diag.update(corrections.chi2(log_w, m))
+    metrics = dict(metrics)
+    metrics.update(_float_metrics({f"respo/{k}": v for k, v in diag.items() if not k.startswith("clip")}))
     return pg_loss, metrics
 
 
@@ -337,8 +400,9 @@ def register() -> dict[str, str]:
     for objective in OBJECTIVES + CORRECTIONS:
         name = verl_name(objective)
         if objective in CORRECTIONS:
-            fn = functools.partial(m2po_policy_loss)
-            functools.update_wrapper(fn, m2po_policy_loss)
+            base = {"m2po": m2po_policy_loss, "opsm": opsm_policy_loss}[objective]
+            fn = functools.partial(base)
+            functools.update_wrapper(fn, base)
         else:
             fn = functools.partial(reshaped_policy_loss, objective=objective)
             functools.update_wrapper(fn, reshaped_policy_loss)
