@@ -708,8 +708,9 @@ def policy_loss(
         for micro-batch invariance; ``loss_scale_factor`` H for ``seq-mean-token-sum-norm``;
         ``nan_policy`` ``raise`` (default) or ``mask`` (drop and count bad rows); ``diagnostics``
         (on by default; cheap, (B,)-sized); ``row_groups`` optional (B,) integer micro-batch of each
-        row, within which a selection spanning the batch (M2PO's) is made (None: the whole batch). Then the extra (B, T) tensors the objective's entry
-        declares (e.g. ``prox_logp``), and its hyperparameters (``hyperparameters(name)`` lists them).
+        row, within which a selection spanning the batch (M2PO's) is made (None: the whole batch).
+        Then the extra (B, T) tensors the objective's entry declares (e.g. ``prox_logp``), and its
+        hyperparameters (``hyperparameters(name)`` lists them).
 
     Returns:
       (loss 0-d tensor with grad, metrics dict of detached 0-d tensors).

@@ -365,20 +365,18 @@ def opsm_policy_loss(
                                                                  config, rollout_is_weights)  # fmt: skip
     delta = corrections.check_positive("opsm_delta", _get(policy_loss, "opsm_delta", OPSM_DELTA), what="opsm",
                                        allow_zero=True)  # fmt: skip
-    keep = corrections.opsm_keep(log_w, adv_seq, m, delta).to(log_prob.dtype).unsqueeze(-1)  # (B, 1)
+    with torch.no_grad():  # the core's correction: its silenced rows are the mask, and its diagnostics
+        corr = corrections.opsm(log_prob.detach(), old_log_prob.detach(), advantages.detach(), adv_seq, m, delta=delta,
+                                log_rho=log_rho)  # fmt: skip
+        diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
+        diag.update(corrections.chi2(log_w, m))
+    # K_i (B, 1); a row with no token in m contributes nothing to verl's loss whatever its weight
+    keep = (~corr.silenced.any(dim=-1, keepdim=True)).to(log_prob.dtype)
     weights = keep.expand_as(m) if rollout_is_weights is None else keep * rollout_is_weights
     pg_loss, metrics = compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
                                                    config, weights)  # fmt: skip
-    with torch.no_grad():  # the diagnostics: the same mask through the core's correction
-        clip = float(config.clip_ratio)
-        low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
-        high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
-        corr = corrections.opsm(log_prob.detach(), old_log_prob.detach(), advantages.detach(), adv_seq, m, delta=delta,
-                                clip_ratio_low=float(low), clip_ratio_high=float(high),
-                                clip_ratio_c=float(config.get("clip_ratio_c", 3.0)), log_rho=log_rho)  # fmt: skip
-        diag = corrections.correction_diagnostics(corr, log_w, advantages.detach(), adv_seq, m)
-        diag.update(corrections.chi2(log_w, m))
     metrics = dict(metrics)
+    # the core's clip fractions (at its default ε) are left out: verl's own pg_clipfrac describes this loss
     metrics.update(_float_metrics({f"respo/{k}": v for k, v in diag.items() if not k.startswith("clip")}))
     return pg_loss, metrics
 
