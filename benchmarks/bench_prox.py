@@ -33,7 +33,8 @@ from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
 from respo.train.policy import Policy
 from respo.train.rollout import recompute_logp, sample_rollout
-from respo.train.update import forward_logprobs, make_optimizer, update_step
+from respo.train.forward import forward_logprobs
+from respo.train.update import make_optimizer, update_step
 
 
 def setup(args):

@@ -18,7 +18,8 @@ from respo.runtime.precision import device_problem, mixed_precision, resolve_dev
 from respo.runtime.sampler import sample
 from respo.train.checkpoint import rng_state, set_rng_state
 from respo.train.config import ConfigError, apply_overrides, validate
-from respo.train.update import make_optimizer, micro_batches, update_step
+from respo.train.forward import micro_batches
+from respo.train.update import make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)

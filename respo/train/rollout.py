@@ -3,7 +3,7 @@
 One rollout samples G responses per prompt with the current policy version (recording, for an MoE
 policy, the experts every token used) and scores them with the task's verifier (`sample_rollout`);
 `recompute_logp` then recomputes the behaviour policy's log-probs with the training forward of
-`respo.train.update` (the same micro-batches, trimming and routing), so a mini-batch trained before any
+`respo.train.forward` (the same micro-batches, trimming and routing), so a mini-batch trained before any
 update has log W = 0 exactly. Group advantages are computed by the loop, one mini-batch at a time
 (`respo.train.trainer`).
 """
@@ -21,7 +21,7 @@ from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
 from respo.train.metrics import timed
 from respo.train.policy import Policy
-from respo.train.update import ForwardRouting, forward_logprobs, micro_batches, replayed_routing
+from respo.train.forward import ForwardRouting, forward_logprobs, micro_batches, replayed_routing
 
 __all__ = ["sample_rollout", "recompute_logp"]
 

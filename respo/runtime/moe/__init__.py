@@ -89,7 +89,7 @@ tensors, detached tensors, no ``.item()``)::
 
 Integration points for the trainer
 ----------------------------------
-The trainer does all three through ``respo.train.update.ForwardRouting``.
+The trainer does all three through ``respo.train.forward.ForwardRouting``.
 
 (a) Sampling: for an MoE policy (``is_moe(model)``), record the rollout::
 
