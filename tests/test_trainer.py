@@ -16,6 +16,7 @@ from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
 from respo.train.policy import Policy
+from respo.runtime.engines.respo import RespoEngine
 from respo.train.rollout import recompute_logp, sample_rollout
 from respo.train.update import make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
@@ -111,7 +112,8 @@ def test_moe_routing_recorded_replayed_and_shift_logged(replay):
     pool = task.examples("train", 16, 0)
     cfg = _cfg(model="tiny-moe", routing_replay=replay, micro_batch=4)
     policy = Policy(model, tok, {})
-    batch, _ = sample_rollout(policy, task, pool, [0, 1], cfg, torch.Generator().manual_seed(0), 0)
+    engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
+    batch, _ = sample_rollout(engine, task, pool, [0, 1], cfg, torch.Generator().manual_seed(0), 0)
     batch.adv = respo.group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
     L, n_layers, k = batch.input_ids.shape[1], model.config.num_hidden_layers, model.config.num_experts_per_tok
     assert batch.routing is not None and tuple(batch.routing.shape) == (8, L, n_layers, k)

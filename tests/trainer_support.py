@@ -10,6 +10,7 @@ from respo.runtime.tokenizer import build_char_tokenizer
 from respo.train.config import TrainConfig, apply_overrides
 from respo.train.policy import Policy
 from respo.core import group_advantages
+from respo.runtime.engines.respo import RespoEngine
 from respo.train.rollout import recompute_logp, sample_rollout
 
 
@@ -31,7 +32,8 @@ def setup():
 def rollout(setup, cfg, n_prompts):
     """A rollout of ``n_prompts`` prompts x G with advantages and ``old_logp`` (as the sync trainer computes them)."""
     policy, task, pool = setup
-    batch, _ = sample_rollout(policy, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
+    batch, _ = sample_rollout(engine, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
     batch.adv = group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
     batch.old_logp = recompute_logp(policy.model, batch, cfg)
     return batch

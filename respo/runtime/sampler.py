@@ -122,6 +122,8 @@ class Rollout:
         responses: B decoded responses (EOS and padding removed).
         prompts: the B prompts, as given.
         finished: (B,) bool: the row emitted EOS (False: cut at ``max_new_tokens``).
+        routing: (B, L, n_layers, k) experts every token used (an MoE policy sampled by the respo
+            engine), else None.
     """
 
     input_ids: torch.Tensor
@@ -133,6 +135,7 @@ class Rollout:
     responses: list[str]
     prompts: list[str] = field(default_factory=list)
     finished: torch.Tensor | None = None
+    routing: torch.Tensor | None = None
 
     @property
     def response_ids(self) -> torch.Tensor:

@@ -24,6 +24,9 @@ from typing import Any, Mapping
 from respo.core import ADVANTAGE_KINDS, AGG_MODES, build_objective
 from respo.core.objectives import UnknownHyperparameterError, UnknownObjectiveError
 from respo.errors import RespoError
+from respo.core.mismatch import ROLLOUT_CORRECTIONS
+from respo.runtime.engines import ENGINES
+from respo.runtime.engines.vllm import ENGINE_DTYPES
 from respo.runtime.precision import DTYPES, device_problem
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides"]
@@ -79,6 +82,14 @@ class TrainConfig:
     max_new_tokens: int = field(default=24, metadata={"help": "maximum response length in tokens"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of rollouts"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold of rollouts (1 = off)"})
+
+    # --- rollout engine and the training-inference mismatch ---
+    rollout_engine: str = field(default="respo", metadata={"help": "what samples rollouts: respo (the embedded sampler on the trainer's model; log-probs equal the trainer's) | vllm (vLLM in its own process, weights synced before every rollout step)"})
+    engine_dtype: str = field(default="auto", metadata={"help": "vllm engine: auto (bfloat16 where this CPU runs it measurably faster than float32) | bfloat16 | float32"})
+    engine_threads: int = field(default=1, metadata={"help": "vllm engine: CPU threads of the engine process (bound to the last cores this process may use)"})
+    rollout_correction: str = field(default="off", metadata={"help": "correct the engine-trainer mismatch: off | token-tis | seq-tis (weights min(rho, C)) | token-mis | seq-mis (rho, 0 above C); rho = pi_trainer/pi_engine"})
+    rollout_correction_threshold: float = field(default=2.0, metadata={"help": "C of rollout_correction: the truncation cap (tis) or rejection bound (mis)"})
+    rollout_bypass: bool = field(default=False, metadata={"help": "use the engine's log-probs as old_logp (no recompute; log W then holds the mismatch too)"})
 
     # --- optimizer (AdamW, linear warm-up then constant) ---
     lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate after warm-up"})
@@ -337,6 +348,19 @@ def validate(cfg: TrainConfig) -> None:
         errs.append(f"prompt_format {cfg.prompt_format!r} is unknown; choose auto, chat or raw")
     if cfg.dtype not in DTYPES:
         errs.append(f"dtype {cfg.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+    if cfg.rollout_engine not in ENGINES:
+        errs.append(f"rollout_engine {cfg.rollout_engine!r} is unknown; choose one of {', '.join(ENGINES)}")
+    if cfg.engine_dtype not in ENGINE_DTYPES:
+        errs.append(f"engine_dtype {cfg.engine_dtype!r} is unknown; choose one of {', '.join(ENGINE_DTYPES)}")
+    if cfg.engine_threads < 1:
+        errs.append(f"engine_threads must be >= 1, got {cfg.engine_threads}")
+    if cfg.rollout_correction not in ROLLOUT_CORRECTIONS:
+        errs.append(f"rollout_correction {cfg.rollout_correction!r} is unknown; choose one of {', '.join(ROLLOUT_CORRECTIONS)}")
+    if math.isfinite(cfg.rollout_correction_threshold) and not cfg.rollout_correction_threshold > 0:
+        errs.append(f"rollout_correction_threshold must be > 0, got {cfg.rollout_correction_threshold}")
+    if cfg.rollout_engine == "vllm" and cfg.routing_replay:
+        errs.append("routing_replay needs the rollout's expert routing, which only the respo engine records; "
+                    "use --rollout-engine respo")
     if cfg.compile and cfg.mode != "sync":
         errs.append("compile applies to sync mode only (the async worker runs its own model copy uncompiled)")
     device_error = device_problem(cfg.device)

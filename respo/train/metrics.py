@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
+from respo.core.mismatch import mismatch_metrics
 from respo.fileio import write_text_atomic
 from respo.train.buffer import Batch, staleness_stats
 from respo.train.scores import late_mean
@@ -158,11 +159,12 @@ def batch_metrics(batch: Batch, old_logp: torch.Tensor, version: int) -> dict[st
 
         mismatch = sum_t m_t |old_logp_t - behaviour_logp_t| / sum_t m_t
 
-    (training vs sampling log-probs of the same weights; 0 up to kernel differences).
+    (training vs sampling log-probs of the same weights; 0 up to kernel differences with the respo engine),
+    and the rest of the engine–trainer mismatch under verl's ``rollout_corr/*`` names
+    (`respo.core.mismatch.mismatch_metrics`; all 0 with ``rollout_bypass``, where old_logp is the engine's).
     """
     s_mean, s_max = staleness_stats(batch.version, version)
-    tokens = batch.mask.sum().clamp_min(1)
-    mismatch = ((old_logp - batch.behaviour_logp).abs() * batch.mask).sum() / tokens
+    mismatch = mismatch_metrics(old_logp, batch.behaviour_logp, batch.mask)
     return {"score": ((batch.rewards + 1) / 2).mean(), "pass_rate": (batch.rewards > 0).float().mean(),
             "response_length": batch.mask.sum(1).mean(), "staleness_mean": s_mean, "staleness_max": s_max,
-            "rollout_mismatch": mismatch}
+            "rollout_mismatch": mismatch["rollout_corr/abs_diff"], **mismatch}

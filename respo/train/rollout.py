@@ -1,7 +1,8 @@
 """The rollout side of the loop: sampling and scoring responses, and recomputing ``old_logp``.
 
-One rollout samples G responses per prompt with the current policy version (recording, for an MoE
-policy, the experts every token used) and scores them with the task's verifier (`sample_rollout`);
+One rollout samples G responses per prompt with the current policy version through the run's rollout
+engine (`respo.runtime.engines`: the respo sampler records, for an MoE policy, the experts every token
+used) and scores them with the task's verifier (`sample_rollout`);
 `recompute_logp` then recomputes the behaviour policy's log-probs with the training forward of
 `respo.train.forward` (the same micro-batches, trimming and routing), so a mini-batch trained before any
 update has log W = 0 exactly. Group advantages are computed by the loop, one mini-batch at a time
@@ -14,41 +15,40 @@ from typing import Any
 
 import torch
 
-from respo.runtime.precision import mixed_precision
-from respo.runtime.sampler import sample
+from respo.runtime.engines import RolloutEngine
 from respo.runtime.tasks import score_rollout
 from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
 from respo.train.metrics import timed
-from respo.train.policy import Policy
 from respo.train.forward import ForwardRouting, forward_logprobs, micro_batches, replayed_routing
 
 __all__ = ["sample_rollout", "recompute_logp"]
 
 
 @torch.no_grad()
-def sample_rollout(policy: Policy, task, pool, indices: list[int], cfg: TrainConfig, generator: torch.Generator,
-                  version: int) -> tuple[Batch, dict]:
-    """Sample G responses for each example ``pool[i]`` with policy ``version`` and score them.
+def sample_rollout(engine: RolloutEngine, task, pool, indices: list[int], cfg: TrainConfig, generator: torch.Generator,
+                   version: int) -> tuple[Batch, dict]:
+    """Sample G responses for each example ``pool[i]`` with policy ``version`` through ``engine`` and score them.
+
+    The engine must hold version ``version``'s weights (the respo engine samples the trainer's model itself;
+    the sources sync the vllm engine before each rollout step).
 
     Returns:
         The batch (prompt-major; ``adv``, computed by the loop from ``rewards``, and ``old_logp`` not
-        yet set) and sampling metrics.
+        yet set; ``behaviour_logp`` the engine's log-probs) and sampling metrics.
     """
-    model, G = policy.model, cfg.group_size
+    G = cfg.group_size
     examples = [pool[i] for i in indices for _ in range(G)]
     rec: dict[str, Any] = {}
-    model.eval()
-    with timed(rec, "sample"), ForwardRouting(model, record=True) as routing, mixed_precision(model, cfg.dtype):
-        ro = sample(model, policy.tokenizer, [ex.prompt for ex in examples], max_new_tokens=cfg.max_new_tokens,
-                    temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, version=version)
-    model.train()
+    with timed(rec, "sample"):
+        ro = engine.sample([ex.prompt for ex in examples], max_new_tokens=cfg.max_new_tokens,
+                           temperature=cfg.temperature, top_p=cfg.top_p, generator=generator, version=version)
     ro = _on_cpu(ro)
     rewards = torch.tensor(score_rollout(task, ro, examples))  # (S,)
     batch = Batch(input_ids=ro.input_ids, attention_mask=ro.attention_mask, response_start=ro.response_start,
                   mask=ro.response_mask.float(), behaviour_logp=ro.behaviour_logp.float(), rewards=rewards,
                   version=torch.full((len(examples),), version, dtype=torch.long),
-                  routing=_on_cpu_or_none(routing.current(length=ro.input_ids.shape[1])),
+                  routing=_on_cpu_or_none(ro.routing),
                   example_index=torch.tensor([i for i in indices for _ in range(G)], dtype=torch.long))
     return batch, rec
 

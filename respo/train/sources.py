@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
+from respo.runtime.engines import RolloutEngine
 from respo.train.async_ import AsyncRollouts
 from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
 from respo.train.config import TrainConfig
@@ -40,6 +41,11 @@ class MiniBatch:
     batch: Batch
     on_policy: bool = False  # no update since its rollout: old_logp is the training forward itself
     metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def version(self) -> torch.Tensor:
+        """(B*G,) the policy version that sampled each row (what the async worker's staleness check reads)."""
+        return self.batch.version
 
 
 class MiniBatchSource(Protocol):
@@ -77,55 +83,78 @@ class SyncReuseSource:
     """Reuse-N: each rollout step serves N consecutive updates (state in ``stream``, ``buffer``, ``generator``)."""
 
     def __init__(self, policy: Policy, task, pool, cfg: TrainConfig, *, stream: PromptStream, buffer: RolloutBuffer,
-                 generator: torch.Generator):
+                 generator: torch.Generator, engine: RolloutEngine):
         self.policy, self.task, self.pool, self.cfg = policy, task, pool, cfg
-        self.stream, self.buffer, self.generator = stream, buffer, generator
+        self.stream, self.buffer, self.generator, self.engine = stream, buffer, generator, engine
         self.repeats = _RepeatedPrompts(cfg)
 
     def next(self, version: int) -> MiniBatch:
         rec: dict[str, Any] = {}
         if not self.buffer.remaining:  # a new rollout step with the current policy (version v)
-            batch, rec = sample_rollout(self.policy, self.task, self.pool, self.stream.next(self.cfg.rollout_prompts),
-                                       self.cfg, self.generator, version)
-            with timed(rec, "old_logp"):  # the first mini-batch's rows are left to the on-policy update
-                batch.old_logp = recompute_logp(self.policy.model, batch, self.cfg, start_row=self.cfg.mini_batch_seqs)
+            rec["time/sync"] = self.engine.sync_weights(self.policy.model)  # the engine samples version v
+            batch, sampled = sample_rollout(self.engine, self.task, self.pool,
+                                            self.stream.next(self.cfg.rollout_prompts), self.cfg, self.generator, version)
+            rec.update(sampled)
+            with timed(rec, "old_logp"):
+                batch.old_logp = behaviour_or_recomputed(self.policy.model, batch, self.cfg)
             self.buffer.put(batch)
         # every update record of a rollout step says how many of its prompt draws repeat (the step's whole
         # batch is in the buffer, checkpoints included, so a resumed run says it too)
         self.repeats.note(rec, self.buffer.batch, self.cfg.rollout_prompts)
-        on_policy = self.buffer.next_index == 0
+        on_policy = self.buffer.next_index == 0 and not self.cfg.rollout_bypass
         return MiniBatch(self.buffer.take(), on_policy, rec)
 
     def after_update(self, model: torch.nn.Module, update: int, version: int) -> None:
         pass
 
     def close(self) -> None:
-        pass
+        self.engine.close()
+
+
+def behaviour_or_recomputed(model: torch.nn.Module, batch: Batch, cfg: TrainConfig, *, start_row: int | None = None):
+    """A rollout's ``old_logp``: recomputed by the trainer (rows from ``start_row``, by default the second
+    mini-batch on: the first is trained before any update and takes the training forward itself), or with
+    ``rollout_bypass`` the engine's own log-probs."""
+    if cfg.rollout_bypass:
+        return batch.behaviour_logp.clone()
+    return recompute_logp(model, batch, cfg, start_row=cfg.mini_batch_seqs if start_row is None else start_row)
 
 
 class AsyncSource:
     """A rollout worker thread with its own snapshot model, generator and (shared) data cursor."""
 
-    def __init__(self, policy: Policy, task, pool, cfg: TrainConfig, *, stream: PromptStream, version: int):
-        snapshot = Policy(copy.deepcopy(policy.model), policy.tokenizer, policy.info)
-        snapshot.model.requires_grad_(False)
+    def __init__(self, policy: Policy, task, pool, cfg: TrainConfig, *, stream: PromptStream, version: int,
+                 engine: RolloutEngine):
+        snapshot = copy.deepcopy(policy.model)  # the behaviour policy: the engine samples it, old_logp scores it
+        snapshot.requires_grad_(False)
         generator = torch.Generator(device=next(policy.model.parameters()).device)
         generator.manual_seed(cfg.seed + WORKER_SEED_OFFSET)
-        self.sync_every, self.prompts = cfg.sync_every, cfg.prompts
+        self.sync_every, self.prompts, self.engine = cfg.sync_every, cfg.prompts, engine
         self.repeats = _RepeatedPrompts(cfg)
+        self._sync_s = [engine.sync_weights(snapshot)]  # weight-sync times, reported with the next mini-batch
 
-        def produce(v: int) -> Batch:
-            batch, _ = sample_rollout(snapshot, task, pool, stream.next(cfg.prompts), cfg, generator, v)
-            batch.old_logp = recompute_logp(snapshot.model, batch, cfg)
-            return batch
+        def produce(v: int) -> MiniBatch:
+            batch, rec = sample_rollout(engine, task, pool, stream.next(cfg.prompts), cfg, generator, v)
+            with timed(rec, "old_logp"):
+                batch.old_logp = behaviour_or_recomputed(snapshot, batch, cfg, start_row=0)
+            return MiniBatch(batch, False, {k.replace("time/", "time/worker_"): t for k, t in rec.items()})
 
-        self.worker = AsyncRollouts(produce, snapshot.model.load_state_dict, queue_size=cfg.queue_size,
-                                    max_staleness=cfg.max_staleness, initial_version=version).start()
+        def load(state_dict: dict) -> None:  # on the worker thread, between batches
+            snapshot.load_state_dict(state_dict)
+            self._sync_s.append(engine.sync_weights(snapshot))
+
+        self.worker = AsyncRollouts(produce, load, queue_size=cfg.queue_size, max_staleness=cfg.max_staleness,
+                                    initial_version=version).start()
 
     def next(self, version: int) -> MiniBatch:
         rec: dict[str, Any] = {}
         with timed(rec, "wait"):
-            batch, dropped = self.worker.take(version)
+            produced, dropped = self.worker.take(version)
+        batch = produced.batch
+        rec.update(produced.metrics)
+        syncs, self._sync_s = self._sync_s, []
+        if syncs:
+            rec["time/sync"] = sum(syncs)
         rec["dropped"] = dropped
         self.repeats.note(rec, batch, self.prompts)
         return MiniBatch(batch, False, rec)
@@ -136,3 +165,4 @@ class AsyncSource:
 
     def close(self) -> None:
         self.worker.stop()
+        self.engine.close()

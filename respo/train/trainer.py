@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from respo.core import Objective, group_advantages
 from respo.runtime import moe
 from respo.runtime.chat import render_for
+from respo.runtime.engines import RolloutEngine, make_engine
 from respo.runtime.precision import resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
@@ -104,6 +105,7 @@ class _Run:
     objective: Objective
     state: RunState
     log: MetricsLogger
+    engine: RolloutEngine  # samples the rollouts (closed by the source that uses it)
 
     def evaluate(self, name: str) -> None:
         self.state.evals[name] = evaluate_held_out(self.policy, self.task, self.held_out, self.cfg)
@@ -123,10 +125,12 @@ class _Run:
 
     def source(self) -> MiniBatchSource:
         cfg, state = self.cfg, self.state
+        engine = self.engine
         if cfg.mode == "sync":
             return SyncReuseSource(self.policy, self.task, self.pool, cfg, stream=state.stream, buffer=state.buffer,
-                                   generator=state.generator)
-        return AsyncSource(self.policy, self.task, self.pool, cfg, stream=state.stream, version=state.version)
+                                   generator=state.generator, engine=engine)
+        return AsyncSource(self.policy, self.task, self.pool, cfg, stream=state.stream, version=state.version,
+                           engine=engine)
 
 
 def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, changes: dict[str, list],
@@ -150,7 +154,10 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
                      buffer=RolloutBuffer(cfg.mini_batch_seqs),
                      generator=torch.Generator(device=device).manual_seed(cfg.seed), part_start=part_start)
-    record = {**settings, "policy": policy.info, "prompt_rendering": getattr(task, "rendering", "raw")}
+    engine = make_engine(cfg.rollout_engine, model, policy.tokenizer, dtype=cfg.dtype, engine_dtype=cfg.engine_dtype,
+                         threads=cfg.engine_threads, verbose=cfg.progress)
+    record = {**settings, "policy": policy.info, "prompt_rendering": getattr(task, "rendering", "raw"),
+              "engine": engine.info}
     if ckpt is not None:
         _check_same_start(run_dir, policy.info)
         state.load(ckpt, model)
@@ -161,7 +168,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
                 state.evals[f"update_{state.update}"] = state.evals.pop("after")
     write_config(run_dir, record)
     log = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, resume_update=state.update if ckpt else None)
-    return _Run(run_dir, cfg, settings, task, pool, held_out, policy, objective, state, log)
+    return _Run(run_dir, cfg, settings, task, pool, held_out, policy, objective, state, log, engine)
 
 
 def _check_same_start(run_dir: Path, info: dict) -> None:

