@@ -19,8 +19,9 @@ engine started from dummy weights does not follow ``reload_weights``: measured),
 
 Reproducibility: vLLM's sampler draws from torch's default generator when a request has no seed of its
 own (per-request seeds fail on the CPU backend), so every ``generate`` reseeds it with the seed the
-trainer sends. All prompts of a call are submitted at once; the same weights, prompts and seed give the
-same tokens.
+trainer sends. All prompts of a call are submitted at once and prefix caching is off (a prompt's cached
+keys and values would make its result depend on earlier calls); the same weights, prompts and seed give
+the same tokens and log-probs.
 
 Behaviour log-probs are vLLM's ``processed_logprobs``: the log-probability of each sampled token under
 the distribution it was drawn from (after temperature and top-p), as the respo sampler records them.
@@ -51,7 +52,7 @@ class _Server:
 
         t0 = time.perf_counter()
         self.llm = LLM(model=model_dir, dtype=dtype, enforce_eager=True, max_model_len=max_model_len, seed=seed,
-                       skip_tokenizer_init=True, logprobs_mode="processed_logprobs")
+                       skip_tokenizer_init=True, logprobs_mode="processed_logprobs", enable_prefix_caching=False)
         return {"load_s": time.perf_counter() - t0, "torch": torch.__version__, "vllm": vllm.__version__,
                 "threads": threads}
 
