@@ -31,10 +31,11 @@ from typing import Dict, Tuple
 
 import torch
 
+from respo.core.ratios import LOG_W_CLAMP
+
 __all__ = ["ROLLOUT_CORRECTIONS", "mismatch_metrics", "rollout_correction_weights"]
 
 ROLLOUT_CORRECTIONS = ("off", "token-tis", "seq-tis", "token-mis", "seq-mis")
-_LOG_CLAMP = 20.0  # exp() of a sequence log-ratio stays finite in float32
 
 
 def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor,
@@ -64,14 +65,14 @@ def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
         per_row = m.sum(-1)  # (B,)
         rows = per_row > 0  # (B,)
         seq = log_rho.sum(-1)[rows]  # (R,)
-        rho = torch.exp(log_rho.clamp(-_LOG_CLAMP, _LOG_CLAMP))  # (B, T)
+        rho = torch.exp(log_rho.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T)
         out = {
             "abs_diff": log_rho.abs().sum() / n_tok,
             "kl": -log_rho.sum() / n_tok,
             "k3_kl": ((rho - log_rho - 1) * m).sum() / n_tok,
             "log_ppl_abs_diff": (log_rho.sum(-1)[rows] / per_row[rows]).abs().mean(),
             "chi2_token": (rho.square() * m).sum() / n_tok - 1,
-            "chi2_seq": torch.exp(2 * seq.clamp(-_LOG_CLAMP, _LOG_CLAMP)).mean() - 1,
+            "chi2_seq": torch.exp(2 * seq.clamp(-LOG_W_CLAMP, LOG_W_CLAMP)).mean() - 1,
             "seq_log_ratio_p10": torch.quantile(seq, 0.1) if seq.numel() else seq.new_tensor(float("nan")),
             "seq_log_ratio_p90": torch.quantile(seq, 0.9) if seq.numel() else seq.new_tensor(float("nan")),
             "seq_frac_beyond_1": (seq.abs() > 1).float().mean(),
@@ -103,7 +104,7 @@ def rollout_correction_weights(old_logp: torch.Tensor, rollout_logp: torch.Tenso
         level = "token" if mode.startswith("token") else "sequence"
         if level == "sequence":
             log_rho = log_rho.sum(-1, keepdim=True).expand_as(m)  # (B, T) log ρ_i on every token
-        rho = torch.exp(log_rho.clamp(-_LOG_CLAMP, _LOG_CLAMP))  # (B, T)
+        rho = torch.exp(log_rho.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T)
         if mode.endswith("tis"):
             w = rho.clamp(max=threshold)
         else:

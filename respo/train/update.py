@@ -63,7 +63,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     takes_prox = "prox_logp" in objective.inputs + objective.optional_inputs
     ranges = micro_batches(batch.mask, batch.response_start, cfg)
     correcting = cfg.rollout_correction != "off"
-    log_rho_all, kept_all = torch.zeros(S, T), batch.mask.clone()  # (S, T) the correction, for the diagnostics
+    log_rho_all = torch.zeros(S, T) if correcting else None  # (S, T) the correction, for the diagnostics
+    kept_all = batch.mask.clone() if correcting else batch.mask  # (S, T) rows the correction keeps
     for i, j in ranges:
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
