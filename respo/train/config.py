@@ -87,6 +87,7 @@ class TrainConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "maximum global gradient norm; 0 disables clipping"})
     adam_betas: tuple = field(default=(0.9, 0.999), metadata={"help": "AdamW (beta1, beta2) as a JSON list"})
     adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
+    max_nonfinite_steps: int = field(default=3, metadata={"help": "an update whose loss or gradient is not finite is skipped (no optimizer or scheduler step; skipped = 1 in metrics.jsonl); after this many in a row the run stops, with a checkpoint of its last good state"})
 
     # --- MoE ---
     routing_replay: bool = field(default=False, metadata={"help": "MoE only: replay the rollout's expert routing in the old-logp and training forwards"})
@@ -284,7 +285,7 @@ def validate(cfg: TrainConfig) -> None:
     """Check ``cfg`` can run; raise one `ConfigError` listing every problem (one line when there is one)."""
     errs: list[str] = []
     positive = ("prompts", "updates", "max_new_tokens", "train_pool", "eval_k", "sync_every", "queue_size",
-                "keep_checkpoints")
+                "keep_checkpoints", "max_nonfinite_steps")
     for name in positive:
         if getattr(cfg, name) < 1:
             errs.append(f"{name} must be >= 1, got {getattr(cfg, name)}")

@@ -37,11 +37,11 @@ RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", 
 #: run goes on past it.
 ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
 #: Settings a resumed run may change: they change neither the weights nor the per-update records
-#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records).
-#: Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
+#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records;
+#: ``max_nonfinite_steps`` only says how many skipped updates in a row stop a run). Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
 #: part of the experiment.
 RESUMABLE = ("updates", "out_dir", "cache_dir", "progress", "tensorboard", "checkpoint_every", "keep_checkpoints",
-             "eval_every")
+             "eval_every", "max_nonfinite_steps")
 
 
 class RunDirError(RespoError, RuntimeError):
