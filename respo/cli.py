@@ -121,13 +121,13 @@ def _eval_source(args: argparse.Namespace) -> tuple:
         run_cfg = json.loads((src / "config.json").read_text())
         task_spec = task_spec or run_cfg["task"]
         task_kwargs = run_cfg.get("task_kwargs", {})
-        max_new = max_new or run_cfg["max_new_tokens"]
+        max_new = run_cfg["max_new_tokens"] if max_new is None else max_new
         src = src / "final"
     elif (src / "respo_warm_start.json").is_file():  # a warm-start directory: it records its task settings
         info = json.loads((src / "respo_warm_start.json").read_text())
         task_spec = task_spec or info["config"]["task"]
         task_kwargs = info["config"].get("task_kwargs", {})
-        max_new = max_new or info.get("max_new_tokens")
+        max_new = info.get("max_new_tokens") if max_new is None else max_new
     if args.task_kwargs is not None:  # explicit settings win over the recorded ones (parsed by argparse)
         task_kwargs = args.task_kwargs
     if task_kwargs is None:
@@ -135,6 +135,19 @@ def _eval_source(args: argparse.Namespace) -> tuple:
         print(f"respo eval: {src} records no task settings; using the defaults of task "
               f"{task_spec or 'addition'!r} (pass --task/--task-kwargs to choose)", file=sys.stderr)
     return src, task_spec, task_kwargs, max_new
+
+
+def _eval_flag_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``respo eval``'s numeric flags (the first problem), None when nothing is."""
+    import math
+
+    checks = (("--prompts", args.prompts, args.prompts >= 1, ">= 1"), ("--k", args.k, args.k >= 1, ">= 1"),
+              ("--temperature", args.temperature, math.isfinite(args.temperature) and args.temperature > 0,
+               "a finite number > 0"),
+              ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens is None or args.max_new_tokens >= 1,
+               ">= 1 (or left out: the run's)"),
+              ("--threads", args.threads, args.threads >= 0, ">= 0 (0 keeps torch's default)"))
+    return next((f"{flag} must be {bound}, got {value}" for flag, value, ok, bound in checks if not ok), None)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -149,8 +162,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     problem = device_problem(args.device) or (None if args.dtype in DTYPES else
                                               f"dtype {args.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+    problem = problem or _eval_flag_problem(args)
     if problem:
-        raise ConfigError(f"respo eval: {problem}")
+        raise ConfigError(problem)
     src, task_spec, task_kwargs, max_new = _eval_source(args)
     cfg = apply_overrides(TrainConfig(), {"model": str(src), "task": task_spec or "addition",
                                           "task_kwargs": task_kwargs, "warm_start": False, "device": args.device})
@@ -161,7 +175,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     examples = task.examples("test", args.prompts, EVAL_SEED)
     generator = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(args.seed)
     with mixed_precision(policy.model, args.dtype):
-        out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=max_new or 24,
+        out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=24 if max_new is None else max_new,
                               temperature=args.temperature, generator=generator, greedy=not args.no_greedy)
     print(json.dumps({"model": str(src), "task": cfg.task, **_scalars(out)}, indent=1))
     return 0

@@ -12,7 +12,6 @@ what the run needs (task, policy, objective, optimizer and run state, resuming a
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import signal
 import threading
@@ -38,8 +37,8 @@ from respo.train.config import ConfigError, TrainConfig, config_to_dict, validat
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
 from respo.train.policy import Policy, load_run_policy
-from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, reopen,
-                                resumed_entries, write_config)
+from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, read_record,
+                                reopen, resumed_entries, write_config)
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
 from respo.train.update import make_optimizer, run_objective, update_step
 
@@ -196,10 +195,7 @@ def _check_same_start(run_dir: Path, info: dict) -> None:
     """A resumed run continues from its checkpoint, but its record names the policy it started from:
     refuse to resume when the starting policy's weights (``weights_sha256``) are not the ones this run
     recorded (a warm start rebuilt or replaced since), rather than record a start the run never had."""
-    try:
-        before = (json.loads((run_dir / "config.json").read_text()).get("policy") or {}).get("weights_sha256")
-    except (OSError, ValueError):
-        return  # no readable record: nothing to contradict (rundir checks the directory itself)
+    before = ((read_record(run_dir) or {}).get("policy") or {}).get("weights_sha256")
     now = info.get("weights_sha256")
     if before and now and before != now:
         where = info.get("path") or info.get("source")
