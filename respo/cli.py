@@ -1,4 +1,4 @@
-"""``respo`` command line: ``train``, ``eval``, ``demo``.
+"""``respo`` command line: ``train``, ``eval``, ``sft``, ``demo``.
 
 Built on the standard library's argparse: the flags of ``respo train`` are generated from the
 fields of `respo.train.config.TrainConfig` (one ``--field-name VALUE`` per field, parsed by the same
@@ -9,10 +9,12 @@ given on the command line override the ``--config`` TOML file.
 Values may be negative numbers (``--lr -1e-4`` reads like ``--lr=-1e-4``). Task settings have one
 spelling everywhere: ``--task-kwargs JSON`` or ``--task-kwarg KEY=VALUE`` (repeatable).
 
+The flags of ``respo sft`` are generated the same way from `respo.runtime.sft.SFTConfig`; with
+``--model`` it builds the pretrained warm start (`respo.runtime.pretrained_sft`) instead of a preset's.
+
 Other modules add subcommands: every module listed in ``EXTENSIONS`` defines
-``register(subparsers)`` and is called with the argparse subparsers (the study's ``sweep``/``report``,
-the runtime's ``sft``). They are part of the package, so a failure to import one is an error, not a
-missing command.
+``register(subparsers)`` and is called with the argparse subparsers (the study's ``sweep``/``report``).
+They are part of the package, so a failure to import one is an error, not a missing command.
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
 from respo.errors import RespoError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "run_sft", "sft_command", "write_record"]
 
-EXTENSIONS = ("respo.study.cli", "respo.runtime.sft")
+EXTENSIONS = ("respo.study.cli",)
 #: Any number with a leading minus sign (argparse's own pattern misses exponents such as -1e-4).
 NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
@@ -117,13 +121,13 @@ def _eval_source(args: argparse.Namespace) -> tuple:
         run_cfg = json.loads((src / "config.json").read_text())
         task_spec = task_spec or run_cfg["task"]
         task_kwargs = run_cfg.get("task_kwargs", {})
-        max_new = max_new or run_cfg["max_new_tokens"]
+        max_new = run_cfg["max_new_tokens"] if max_new is None else max_new
         src = src / "final"
     elif (src / "respo_warm_start.json").is_file():  # a warm-start directory: it records its task settings
         info = json.loads((src / "respo_warm_start.json").read_text())
         task_spec = task_spec or info["config"]["task"]
         task_kwargs = info["config"].get("task_kwargs", {})
-        max_new = max_new or info.get("max_new_tokens")
+        max_new = info.get("max_new_tokens") if max_new is None else max_new
     if args.task_kwargs is not None:  # explicit settings win over the recorded ones (parsed by argparse)
         task_kwargs = args.task_kwargs
     if task_kwargs is None:
@@ -131,6 +135,19 @@ def _eval_source(args: argparse.Namespace) -> tuple:
         print(f"respo eval: {src} records no task settings; using the defaults of task "
               f"{task_spec or 'addition'!r} (pass --task/--task-kwargs to choose)", file=sys.stderr)
     return src, task_spec, task_kwargs, max_new
+
+
+def _eval_flag_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``respo eval``'s numeric flags (the first problem), None when nothing is."""
+    import math
+
+    checks = (("--prompts", args.prompts, args.prompts >= 1, ">= 1"), ("--k", args.k, args.k >= 1, ">= 1"),
+              ("--temperature", args.temperature, math.isfinite(args.temperature) and args.temperature > 0,
+               "a finite number > 0"),
+              ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens is None or args.max_new_tokens >= 1,
+               ">= 1 (or left out: the run's)"),
+              ("--threads", args.threads, args.threads >= 0, ">= 0 (0 keeps torch's default)"))
+    return next((f"{flag} must be {bound}, got {value}" for flag, value, ok, bound in checks if not ok), None)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -145,8 +162,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     problem = device_problem(args.device) or (None if args.dtype in DTYPES else
                                               f"dtype {args.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+    problem = problem or _eval_flag_problem(args)
     if problem:
-        raise ConfigError(f"respo eval: {problem}")
+        raise ConfigError(problem)
     src, task_spec, task_kwargs, max_new = _eval_source(args)
     cfg = apply_overrides(TrainConfig(), {"model": str(src), "task": task_spec or "addition",
                                           "task_kwargs": task_kwargs, "warm_start": False, "device": args.device})
@@ -157,9 +175,143 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     examples = task.examples("test", args.prompts, EVAL_SEED)
     generator = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(args.seed)
     with mixed_precision(policy.model, args.dtype):
-        out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=max_new or 24,
+        out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=24 if max_new is None else max_new,
                               temperature=args.temperature, generator=generator, greedy=not args.no_greedy)
     print(json.dumps({"model": str(src), "task": cfg.task, **_scalars(out)}, indent=1))
+    return 0
+
+
+def _add_sft_flags(p: argparse.ArgumentParser) -> None:
+    """The warm-start flags: task, preset or model, cache, and one ``--field-name`` per `SFTConfig` field."""
+    from respo.runtime.sft import DEFAULT_CACHE_DIR, DEFAULT_TASK, SFTConfig
+    from respo.runtime.tasks import task_help
+    from respo.runtime.tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
+
+    p.add_argument("--task", default=DEFAULT_TASK, help=f"task spec: {task_help()} (default: addition)")
+    add_task_kwargs_arguments(p, f"{TASK_KWARGS_HELP} (default for addition: digits=5, scratchpad=true)")
+    p.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
+    p.add_argument("--model", default=None,
+                   help="a packaged pretrained model (smollm2-135m-instruct) or a model directory to warm-start "
+                        "instead of a preset: SFT through its chat template (respo.runtime.pretrained_sft)")
+    p.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
+                   help=f"directory of cached warm starts, one per settings hash (default: {DEFAULT_CACHE_DIR}, "
+                        "where respo train looks)")
+    p.add_argument("--seed", type=int, default=0, help="seed of initialisation, data order and evaluation samples")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's; 1 is faster when other processes share the cores)")
+    p.add_argument("--force", action="store_true", help="retrain even if cached")
+    p.add_argument("--device", default="cpu", help="where SFT runs: cpu, cuda, cuda:K or auto (not part of the cache key)")
+    p.add_argument("--record", default=None, metavar="FILE",
+                   help="also write the warm start's record to FILE (atomically): its cached respo_warm_start.json "
+                        "and, as \"command\", this command without --cache-dir and --record")
+    defaults = SFTConfig()
+    for name, f in SFTConfig.__dataclass_fields__.items():
+        if name in _SFT_RUN_FIELDS:
+            continue
+        kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
+                       help=f"SFTConfig.{name} (default: {getattr(defaults, name)})")
+
+
+#: `SFTConfig` fields given by their own flags (or, for model_overrides, only through the library).
+_SFT_RUN_FIELDS = ("task", "task_kwargs", "preset", "seed", "model_overrides")
+#: Flags that say where a warm start is kept or recorded, not what it is: left out of its recorded command.
+_WHERE_FLAGS = ("cache_dir", "record")
+
+
+def sft_command(args: argparse.Namespace) -> str:
+    """The ``respo sft`` command of parsed ``respo sft`` flags: every flag whose value differs from its default,
+    in the parser's order, except `_WHERE_FLAGS`; an absolute path is written as its last part."""
+    p = argparse.ArgumentParser(add_help=False)
+    _add_sft_flags(p)
+    words, seen = ["python", "-m", "respo", "sft"], set()
+    for action in p._actions:
+        dest = action.dest
+        if dest in seen or dest in _WHERE_FLAGS:
+            continue
+        seen.add(dest)
+        value = getattr(args, dest, action.default)
+        if value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction):
+            words.append(flag)
+        elif dest == "task_kwargs":
+            words += ["--task-kwargs", json.dumps(value, sort_keys=True)]
+        else:
+            text = str(value)
+            words += [flag, Path(text).name if os.path.isabs(text) else text]
+    return shlex.join(words)
+
+
+def write_record(path: Path, args: argparse.Namespace, record_file: str | Path) -> dict:
+    """Write ``{"command": sft_command(args), **<path>/respo_warm_start.json}`` to ``record_file`` atomically
+    (a temporary file beside it, renamed); the record. A top-level value that is an absolute path (``source``,
+    where the pretrained model was read from) is written as its last part, as in the command."""
+    from respo.fileio import write_text_atomic
+    from respo.runtime.sft import INFO_FILE
+
+    info = json.loads((Path(path) / INFO_FILE).read_text())
+    record = {"command": sft_command(args), **{k: Path(v).name if isinstance(v, str) and os.path.isabs(v) else v
+                                               for k, v in info.items()}}
+    write_text_atomic(record_file, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def run_sft(args: argparse.Namespace):
+    """``respo sft``: build (or find in the cache) the warm start the flags describe, print a JSON summary line and,
+    with ``--record FILE``, write its record (`write_record`); the `WarmStart` (a preset) or the warm start's
+    directory (``--model``). Every flag is checked before anything is built."""
+    import torch
+
+    from respo.runtime.precision import device_problem
+    from respo.runtime.sft import DEFAULT_TASK, DEFAULT_TASK_KWARGS, INFO_FILE, SFTConfig, SFTSettingsError
+    from respo.runtime.tasks import load_task
+
+    record = args.record
+    if record is not None and not Path(record).parent.is_dir():
+        raise SFTSettingsError(f"--record {record}: directory {Path(record).parent} does not exist")
+    problem = device_problem(args.device)
+    if problem:
+        raise SFTSettingsError(problem)
+    if args.threads is not None and args.threads < 0:
+        raise SFTSettingsError(f"--threads must be >= 0 (0 keeps torch's default), got {args.threads}")
+    load_task(args.task, DEFAULT_TASK_KWARGS if args.task_kwargs is None and args.task == DEFAULT_TASK
+              else args.task_kwargs)  # a bad task is a one-line error before anything is trained
+    settings = {name: getattr(args, name) for name in SFTConfig.__dataclass_fields__
+                if name not in _SFT_RUN_FIELDS and getattr(args, name, None) is not None}
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.model:
+        from respo.runtime.pretrained_sft import PretrainedSFTConfig, warm_start_pretrained
+
+        unknown = sorted(set(settings) - set(PretrainedSFTConfig.__dataclass_fields__))
+        if unknown:
+            raise SFTSettingsError(f"--model {args.model}: the pretrained warm start has no setting(s) "
+                                   f"{', '.join('--' + u.replace('_', '-') for u in unknown)}")
+        path = warm_start_pretrained(args.model, args.task, args.cache_dir, task_kwargs=args.task_kwargs,
+                                     force=args.force, seed=args.seed, device=args.device, **settings)
+        info = json.loads((path / INFO_FILE).read_text())
+        print(json.dumps({"path": str(path), **{k: info[k] for k in ("pass_rate", "mean_response_tokens", "steps",
+                                                                   "stopped_by", "train_seconds")}}))
+        result = path
+    else:
+        from respo.runtime.sft import warm_start
+
+        result = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=args.task_kwargs,
+                            force=args.force, verbose=True, device=args.device, **settings)
+        print(json.dumps({"path": str(result.path), "pass_rate": result.pass_rate,
+                          "greedy_pass_rate": result.greedy_pass_rate, "steps": result.steps,
+                          "stopped_by": result.stopped_by, "train_seconds": result.train_seconds,
+                          "reused": result.reused}))
+        path = result.path
+    if record is not None:
+        write_record(path, args, record)
+    return result
+
+
+def _cmd_sft(args: argparse.Namespace) -> int:
+    run_sft(args)
     return 0
 
 
@@ -206,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="where to sample: cpu, cuda, cuda:K or auto")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (autocast, float32 logits)")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("sft", help="warm-start a preset or a packaged model on task demonstrations (cached)",
+                       description="Warm start: supervised fine-tuning on task demonstrations to a measured, "
+                                   "mid-range pass rate (cached, one directory per settings hash).")
+    _add_sft_flags(p)
+    p.set_defaults(func=_cmd_sft)
 
     p = sub.add_parser("demo", help="warm start + off-policy ReSPO + before/after eval + report")
     _add_config_flags(p)  # --out-dir (default runs/demo) is the report directory

@@ -136,3 +136,106 @@ def test_every_run_gets_a_report_and_report_compares_ordinary_runs(tmp_path, cap
     text = (tmp_path / "cmp" / "report.md").read_text()
     assert "respo" in text and "grpo" in text
     assert any(p.suffix == ".png" for p in (tmp_path / "cmp").iterdir())
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A saved Hugging Face model directory: the tiny-dense preset (one small layer) and its tokenizer."""
+    from respo.runtime.models import build_policy
+    from respo.runtime.tokenizer import build_char_tokenizer
+
+    path = tmp_path_factory.mktemp("model")
+    tok = build_char_tokenizer()
+    build_policy("tiny-dense", tok, num_hidden_layers=1, hidden_size=32, head_dim=8,
+                 intermediate_size=64).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--k", "0"], "--k must be >= 1, got 0"),
+    (["--prompts", "-1"], "--prompts must be >= 1, got -1"),
+    (["--temperature", "-1"], "--temperature must be a finite number > 0, got -1.0"),
+    (["--temperature", "nan"], "--temperature must be a finite number > 0, got nan"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1 (or left out: the run's), got 0"),  # was read as unset
+    (["--threads", "-2"], "--threads must be >= 0 (0 keeps torch's default), got -2"),
+])
+def test_eval_refuses_bad_flags_in_one_line(model_dir, capsys, flags, message):
+    before = sorted(p.name for p in model_dir.iterdir())
+    assert main(["eval", str(model_dir), "--prompts", "2", "--k", "1", *flags]) == 2
+    assert one_error_line(capsys.readouterr().err, "eval") == f"respo eval: error: {message}"
+    assert sorted(p.name for p in model_dir.iterdir()) == before
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--preset", "tiny-dence"], "preset 'tiny-dence' is unknown; choose one of tiny-dense, tiny-moe"),
+    (["--lr", "nan"], "lr must be a finite number > 0, got nan"),
+    (["--lr", "inf"], "lr must be a finite number > 0, got inf"),
+    (["--batch-size", "0"], "batch_size must be >= 1, got 0"),
+    (["--model", "smollm2-135m-instruct", "--lr", "-1e-5"], "lr must be > 0, got -1e-05"),
+])
+def test_sft_refuses_bad_settings_before_building_anything(tmp_path, capsys, flags, message):
+    cache = tmp_path / "cache"
+    assert main(["sft", "--cache-dir", str(cache), "--max-steps", "1", *flags]) == 2
+    assert one_error_line(capsys.readouterr().err, "sft") == f"respo sft: error: {message}"
+    assert not cache.exists()
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"name": "my project", "version": 2}, "config.json is not a Hugging Face model config (it has no model_type)"),
+    ({"objective": "respo", "out_dir": "runs/x"}, "is a respo run directory, not a model's; its trained policy is"),
+    ("{truncated", "config.json is not readable JSON"),
+])
+def test_train_on_a_directory_that_is_no_model_is_one_line_and_leaves_nothing(tmp_path, capsys, config, message):
+    model = tmp_path / "notmodel"
+    model.mkdir()
+    (model / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    run = tmp_path / "out" / "run"
+    assert train_cli(run, "--model", str(model), "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert message in line and str(model) in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_directory_transformers_cannot_load_is_one_line_and_leaves_nothing(tmp_path, capsys, model_dir):
+    # config.json names a model type, but the weights are missing: the load fails after the run directory was
+    # created; the error is one line and the (still empty) directory, with the parent it needed, is removed
+    import shutil
+
+    model = tmp_path / "broken"
+    shutil.copytree(model_dir, model)
+    (model / "model.safetensors").unlink()
+    run = tmp_path / "out" / "run"
+    assert train_cli(run, "--model", str(model), "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert f"model directory {str(model)!r} could not be loaded as a Hugging Face model and tokenizer" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("betas", ['[0.9, null]', '["a", 0.9]', '[0.9, 0.99, 0.5]', '[0.9, NaN]'])
+def test_adam_betas_that_are_not_two_numbers_are_one_line(tmp_path, capsys, betas):
+    run = tmp_path / "run"
+    assert train_cli(run, "--adam-betas", betas, "--updates", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert "adam_betas must be two numbers in [0, 1), got [" in line
+    assert not run.exists()
+
+
+def test_resume_with_a_truncated_config_json_is_one_line_and_changes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_cli(run, "--updates", "1") == 0
+    text = (run / "config.json").read_text()
+    (run / "config.json").write_text(text[: len(text) // 2])
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert train_cli(run, "--updates", "2", "--resume") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert f"{str(run / 'config.json')!r} is corrupt" in line and "--overwrite" in line
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_of_a_missing_run_directory_says_it_starts_a_new_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_cli(run, "--updates", "1", "--resume") == 0
+    assert f"nothing to resume in {run}; starting a new run" in capsys.readouterr().out
+    assert (run / "final").is_dir()

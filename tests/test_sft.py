@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+from respo.cli import build_parser, run_sft
 from respo.runtime.sft import (
     INFO_FILE,
     SFTConfig,
@@ -15,7 +16,6 @@ from respo.runtime.sft import (
     cpu_model,
     encode_pairs,
     load_policy,
-    main,
     measure_pass_rate,
     warm_start,
 )
@@ -30,6 +30,11 @@ SMALL = dict(
     lr=3e-3, warmup_steps=5, batch_size=32, max_steps=400, eval_every=20, eval_prompts=32, eval_n=64,
     target_pass=0.3,
 )
+
+
+def main(argv):
+    """`respo sft ARGV` as the CLI runs it; the `WarmStart` (a preset) or the warm start's directory (--model)."""
+    return run_sft(build_parser().parse_args(["sft", *argv]))
 
 
 def test_encode_pairs_layout():
@@ -150,15 +155,9 @@ def test_identity_on_a_trained_policy(small_run):
     torch.testing.assert_close(logp * ro.response_mask, ro.behaviour_logp, atol=1e-5, rtol=2e-6)
 
 
-def test_register_adds_an_sft_subcommand(tmp_path):
-    # respo.cli calls register(subparsers) for modules in its EXTENSIONS list.
-    import argparse
-
-    from respo.runtime.sft import register
-
-    parser = argparse.ArgumentParser(prog="respo")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["sft", "--cache-dir", str(tmp_path), "--preset", "tiny-moe",
+def test_the_cli_has_an_sft_subcommand(tmp_path):
+    # respo.cli registers `sft` as it does train, eval and demo.
+    args = build_parser().parse_args(["sft", "--cache-dir", str(tmp_path), "--preset", "tiny-moe",
                               "--task-kwarg", "digits=2", "--max-steps", "2", "--batch-size", "4",
                               "--eval-prompts", "4", "--eval-n", "4"])
     assert args.command == "sft" and args.preset == "tiny-moe" and args.max_steps == 2
@@ -272,3 +271,30 @@ def test_record_into_a_missing_directory_is_a_one_line_error_before_any_training
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "nowhere" in p.stderr and "does not exist" in p.stderr
     assert list(tmp_path.iterdir()) == []  # nothing built
+
+
+def test_one_sft_loop_and_one_import_direction():
+    # pretrained_sft builds on sft (its loop, cache and pass band); sft imports neither it nor the CLI
+    import ast
+    import inspect
+
+    import respo.runtime.pretrained_sft as pretrained_sft
+    import respo.runtime.sft as sft
+
+    def imported(module) -> set:
+        tree = ast.parse(inspect.getsource(module))
+        return ({n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+                | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names})
+
+    assert not {m for m in imported(sft) if "pretrained_sft" in m or m.endswith("cli")}
+    assert "sft" in imported(pretrained_sft)
+    assert pretrained_sft.sft_loop is sft.sft_loop and "PASS_BAND" not in inspect.getsource(pretrained_sft)
+
+
+def test_the_pass_band_is_one_named_setting(small_run):
+    from respo.runtime.sft import PASS_BAND, in_pass_band
+
+    _, ws = small_run
+    info = json.loads((ws.path / INFO_FILE).read_text())
+    assert info["in_band"] == (PASS_BAND[0] <= ws.pass_rate <= PASS_BAND[1])
+    assert PASS_BAND == (0.15, 0.6) and in_pass_band(0.15) and in_pass_band(0.6) and not in_pass_band(0.61)

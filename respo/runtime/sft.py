@@ -1,31 +1,30 @@
 """Warm start: supervised fine-tuning on task demonstrations to a measured, mid-range pass rate.
 
-RL needs a base policy that is neither hopeless nor saturated. ``warm_start`` builds a preset
-(random init), trains it on the task's demonstrations with cross-entropy on the response
-tokens (EOS included), and stops *partway*: every ``eval_every`` steps it samples at
-temperature 1 on held-out prompts and stops as soon as the sampled pass rate reaches
-``target_pass`` (or at ``max_steps`` / ``max_seconds``). The final pass rate is then measured
-on ``eval_n`` other held-out prompts with the sampler at temperature 1 and stored with the
-model. Optional demonstration noise (``noise``: the fraction of demonstrations with one
-character replaced) makes the policy less certain.
+RL needs a base policy that is neither hopeless nor saturated (`PASS_BAND`). One SFT loop,
+`sft_loop`, serves both kinds of warm start: a character preset built from random weights
+(``warm_start``, here) and a pretrained instruct model prompted through its chat template
+(``respo.runtime.pretrained_sft``). It trains on the task's demonstrations with cross-entropy on
+the response tokens (EOS included) and stops *partway*: it samples at temperature 1 on held-out
+prompts every ``eval_every`` steps (every ``fine_eval_every`` once any of them passes) and stops as
+soon as the sampled pass rate reaches ``target_pass`` (or at ``max_steps`` / ``max_seconds``). The
+final pass rate is then measured on ``eval_n`` other held-out prompts with the sampler at
+temperature 1 and stored with the model. For presets, optional demonstration noise (``noise``: the
+fraction of demonstrations with one character replaced) makes the policy less certain.
 
 Sampled accuracy, not greedy accuracy, is what RL sees as reward, and the two differ widely (in
 the table below greedy accuracy is about twice the sampled one). Both are recorded.
 
-Cache layout (one directory per settings hash, reused by later calls)::
+Cache layout (one directory per settings hash, reused by later calls; a directory holding the info
+file is complete, written atomically)::
 
-    cache_dir/<preset>-<task>-<hash>/
+    cache_dir/<preset or model>-<task>-<hash>/
         config.json, model.safetensors, generation_config.json   (save_pretrained)
         tokenizer.json, tokenizer_config.json, ...                (save_pretrained)
         respo_warm_start.json  (settings, pass rates, timings, eval history)
 
-Command line (``respo sft`` takes the same flags)::
-
-    python -m respo.runtime.sft --preset tiny-dense --threads 1   # caches under .cache/respo, where respo train looks
-
-``--record FILE`` then writes the warm start's record (built or found in the cache): its
-``respo_warm_start.json`` and, as ``command``, the ``respo sft`` command without ``--cache-dir`` and
-``--record``, so a report can commit exactly what it started from.
+Command line: ``respo sft --preset tiny-dense --threads 1`` (caches under .cache/respo, where
+``respo train`` looks); ``respo sft --model smollm2-135m-instruct --task worded_addition`` for the
+pretrained warm start. ``--record FILE`` also writes the warm start's record (see ``respo.cli``).
 
 Measured with the defaults (5-digit scratchpad addition, 32-token responses, batch 64, AdamW
 1e-3, target 0.3; one torch thread, one seed):
@@ -40,9 +39,9 @@ The sampled pass rate climbs steeply once the scratchpad is learnt (dense: 0.09,
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
+import math
 import os
 import platform
 import random
@@ -51,26 +50,32 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from .logprobs import token_logprobs
-from .models import build_policy
-from .precision import device_problem, resolve_device
+from .models import PRESETS, build_policy
+from .precision import DTYPES, mixed_precision, resolve_device
 from .sampler import sample
 from respo.errors import RespoError
-from respo.fileio import write_text_atomic
 
-from .tasks import Task, get_task, load_task, score_batch, task_defaults, task_help
-from .tasks.args import TASK_KWARGS_HELP, add_task_kwargs_arguments
+from .tasks import Task, get_task, score_batch, task_defaults
 from .tokenizer import build_char_tokenizer
 
+__all__ = ["SFTConfig", "WarmStart", "SFTRun", "SFTSettingsError", "warm_start", "load_policy", "sft_loop",
+           "check_settings", "build_cached", "encode_pairs", "sft_loss", "measure_pass_rate", "PASS_BAND",
+           "INFO_FILE", "DEFAULT_CACHE_DIR", "DEFAULT_TASK", "DEFAULT_TASK_KWARGS"]
+
 INFO_FILE = "respo_warm_start.json"
-#: The pass-rate band RL wants from a base policy (neither hopeless nor saturated).
-PASS_BAND = (0.2, 0.5)
+#: The sampled pass rate RL wants from a base policy, for presets and pretrained models alike: a warm start
+#: outside it is built all the same, with a warning. Below 0.15, with G = 8 responses per prompt, over a quarter
+#: of the groups are all wrong (0.85^8 = 0.27) and carry no group-relative signal; above 0.6 the policy has less
+#: than 0.4 left to gain and the study's late windows crowd against the ceiling. Every warm start the reports
+#: start from lies inside it (sampled pass 0.27 to 0.56).
+PASS_BAND = (0.15, 0.6)
 DEFAULT_TASK = "addition"
 #: Where warm starts are cached; ``respo train``'s ``cache_dir`` has the same default, so both find them.
 DEFAULT_CACHE_DIR = ".cache/respo"
@@ -84,7 +89,7 @@ class SFTSettingsError(RespoError, ValueError):
 
 @dataclass(frozen=True)
 class SFTConfig:
-    """Everything that determines a warm-started policy (its hash names the cache directory)."""
+    """Everything that determines a warm-started preset (its hash names the cache directory)."""
 
     task: str = DEFAULT_TASK
     task_kwargs: dict = field(default_factory=lambda: dict(DEFAULT_TASK_KWARGS))
@@ -129,6 +134,48 @@ def settings_key(cfg) -> str:
     """Stable 10-hex-digit hash of a settings dataclass (it names the warm start's cache directory)."""
     blob = json.dumps(asdict(cfg), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+#: The range of each numeric warm-start setting (of either settings class): its test and the range in words.
+_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "lr": (lambda v: v > 0, "> 0"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "max_steps": (lambda v: v >= 1, ">= 1"),
+    "max_seconds": (lambda v: v > 0, "> 0 (or unset)"),
+    "noise": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "target_pass": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "eval_every": (lambda v: v >= 1, ">= 1"),
+    "fine_eval_every": (lambda v: v >= 1, ">= 1"),
+    "eval_prompts": (lambda v: v >= 1, ">= 1"),
+    "eval_n": (lambda v: v >= 1, ">= 1"),
+    "max_new_tokens": (lambda v: v >= 1, ">= 1 (or unset)"),
+    "seed": (lambda v: v >= 0, ">= 0"),
+}
+
+
+def check_settings(cfg) -> None:
+    """Refuse warm-start settings (an `SFTConfig` or ``PretrainedSFTConfig``) that cannot train, before anything is
+    built: one `SFTSettingsError` naming the first bad setting and its range. A number must be finite and in its
+    `_RANGES` range (``max_seconds`` and ``max_new_tokens`` may be unset); a preset must be one of ``PRESETS``, a
+    dtype one of ``DTYPES``."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name not in _RANGES or value is None:
+            continue
+        test, bound = _RANGES[f.name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SFTSettingsError(f"{f.name} must be a number {bound}, got {value!r}")
+        if not math.isfinite(value):
+            raise SFTSettingsError(f"{f.name} must be a finite number {bound}, got {value}")
+        if not test(value):
+            raise SFTSettingsError(f"{f.name} must be {bound}, got {value}")
+    preset, dtype = getattr(cfg, "preset", None), getattr(cfg, "dtype", None)
+    if preset is not None and preset not in PRESETS:
+        raise SFTSettingsError(f"preset {preset!r} is unknown; choose one of {', '.join(PRESETS)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise SFTSettingsError(f"dtype {dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
 
 
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
@@ -212,6 +259,138 @@ def sft_loss(model, input_ids, attention_mask, response_start, response_mask) ->
     return -(logp * response_mask).sum() / response_mask.sum().clamp_min(1.0)
 
 
+@dataclass(frozen=True)
+class SFTRun:
+    """What one `sft_loop` did."""
+
+    steps: int
+    stopped_by: str  # "target", "max_steps" or "max_seconds"
+    history: list  # one {"step", "loss", "sampled_pass", ..., "seconds"} per evaluation
+    seconds: float  # wall time of the loop, evaluations included
+    tokens: int  # prompt and response tokens trained on (attention mask sum)
+
+
+def sft_loop(model, tokenizer, cfg, next_batch: Callable[[], tuple[list[str], list[str]]],
+             evaluate: Callable[[int], dict], *, device: torch.device, fine_eval_every: int, dtype: str = "float32",
+             log: Callable[[str], None] = lambda _: None, log_steps: bool = False) -> SFTRun:
+    """Train ``model`` on demonstrations until its sampled pass rate reaches ``cfg.target_pass``: the SFT of every
+    warm start.
+
+    Step s = 1, 2, ...: ``next_batch()`` gives (prompts, demonstrations); the loss is `sft_loss` on them, the
+    forward in ``dtype`` (`mixed_precision`); AdamW (``cfg.lr``, ``cfg.weight_decay``) at lr·min(1, s/w) with
+    w = ``cfg.warmup_steps``, the gradient norm clipped at 1; the global torch RNG seeded with ``cfg.seed`` inside,
+    restored after. ``evaluate(s)`` returns ``{"sampled_pass": p, ...}`` (recorded in the history with the loss);
+    the first evaluation is at step ``cfg.eval_every``, the next one ``fine_eval_every`` steps later when p > 0,
+    else ``cfg.eval_every`` later; the last step (``cfg.max_steps``, or past ``cfg.max_seconds``) is evaluated too.
+    The loop stops at the first evaluation with p >= ``cfg.target_pass``.
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
+    history, t0, step, tokens, next_eval, stopped_by = [], time.perf_counter(), 0, 0, cfg.eval_every, "max_steps"
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        while step < cfg.max_steps:
+            prompts, demos = next_batch()
+            ids, attn, P, mask = encode_pairs(tokenizer, prompts, demos)
+            with mixed_precision(model, dtype):
+                loss = sft_loss(model, ids.to(device), attn.to(device), P, mask.to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            tokens += int(attn.sum())
+            elapsed = time.perf_counter() - t0
+            out_of_time = cfg.max_seconds is not None and elapsed > cfg.max_seconds
+            if log_steps:
+                log(f"sft step {step} loss {loss.item():.4f} ({elapsed:.0f}s)")
+            if step >= next_eval or out_of_time or step == cfg.max_steps:
+                ev = evaluate(step)
+                passed = ev["sampled_pass"]
+                history.append({"step": step, "loss": round(loss.item(), 5), **ev,
+                                "seconds": round(time.perf_counter() - t0, 2)})
+                # close to the target the pass rate climbs fast: evaluate more often there
+                next_eval = step + (fine_eval_every if passed > 0 else cfg.eval_every)
+                log(f"sft step {step} loss {loss.item():.4f} sampled pass {passed:.3f} "
+                    f"({time.perf_counter() - t0:.1f}s)")
+                if passed >= cfg.target_pass:
+                    stopped_by = "target"
+                    break
+                if out_of_time:
+                    stopped_by = "max_seconds"
+                    break
+    return SFTRun(step, stopped_by, history, time.perf_counter() - t0, tokens)
+
+
+def in_pass_band(pass_rate: float) -> bool:
+    """``pass_rate`` lies in `PASS_BAND` (bounds included)."""
+    return PASS_BAND[0] <= pass_rate <= PASS_BAND[1]
+
+
+def save_warm_start(out_dir: Path, model, tokenizer, cfg, run: SFTRun, device: torch.device, *, pass_rate: float,
+                    max_new_tokens: int, **measured) -> dict:
+    """Save the trained policy (from the CPU, wherever it was trained) and its tokenizer into ``out_dir`` with the
+    info file: the settings and their key, the held-out ``pass_rate`` (with ``measured``), how the loop ran and
+    where; the info."""
+    model.eval()
+    model.to("cpu")
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    info = {
+        "config": asdict(cfg), "key": cfg.key(), "pass_rate": pass_rate, **measured,
+        "pass_rate_measured_on": f"{cfg.eval_n} held-out prompts, one sample each, temperature 1",
+        "steps": run.steps, "stopped_by": run.stopped_by, "in_band": in_pass_band(pass_rate),
+        "train_seconds": round(run.seconds, 2), "train_tokens": run.tokens, "max_new_tokens": max_new_tokens,
+        "torch_threads": torch.get_num_threads(), "device": str(device), "built_on": built_on(device),
+        "history": run.history,
+    }
+    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=1))
+    return info
+
+
+def build_cached(path: Path, cfg, train: Callable[[Path, Callable], dict], *, force: bool, verbose: bool,
+                 what: str) -> tuple[dict, bool]:
+    """The info of the warm start cached at ``path``, built first by ``train(tmp_dir, log)`` (atomically, see
+    `build_atomically`) when it is not cached or ``force``: ``(info, reused)``.
+
+    Building says so on stderr, and why (forced, or no cached warm start has these settings: the settings in
+    which a cached one of the same name and task differs), whether or not ``verbose`` (which adds the loop's
+    progress lines): SFT takes minutes. A built warm start whose pass rate lies outside `PASS_BAND` warns.
+    """
+    if (path / INFO_FILE).is_file() and not force:
+        return json.loads((path / INFO_FILE).read_text()), True
+    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *_: None)
+    print(f"warm start: building {path} by SFT{what} (up to {cfg.max_steps} steps): {_why_not_cached(path, cfg, force)}",
+          file=sys.stderr, flush=True)
+    info = build_atomically(path, lambda tmp: train(tmp, log))
+    if not info["in_band"]:
+        warnings.warn(
+            f"warm start {path.name}: sampled pass rate {info['pass_rate']:.3f} is outside {PASS_BAND} "
+            f"(stopped by {info['stopped_by']} after {info['steps']} steps); adjust target_pass or max_steps",
+            stacklevel=3,
+        )
+    return info, False
+
+
+def _why_not_cached(path: Path, cfg, force: bool) -> str:
+    """Why a warm start is being built: forced, or no cached one has these settings (key); when one of the
+    same name and task is cached, the settings in which it differs."""
+    if force:
+        return "force=True"
+    why = f"no cached warm start with key {cfg.key()} in {path.parent}"
+    mine = json.loads(json.dumps(asdict(cfg), default=str))
+    for other in sorted(path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*/{INFO_FILE}")):
+        theirs = json.loads(other.read_text()).get("config", {})
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        why += f"; cached {other.parent.name} differs in {', '.join(diff)}"
+        break
+    return why
+
+
+# --- the preset warm start ---
+
 def _corrupt(text: str, alphabet: str, rng: random.Random) -> str:
     """Replace one random character with a different random character of the alphabet."""
     if not text:
@@ -255,77 +434,35 @@ def load_policy(path: str | Path):
 
 
 def _train(cfg: SFTConfig, out_dir: Path, log, device: torch.device) -> dict:
+    """SFT of a freshly initialised preset on the task's demonstrations (`sft_loop`); saved into ``out_dir``."""
     task = get_task(cfg.task, **cfg.task_kwargs)
     tokenizer = build_char_tokenizer(task.alphabet)
     model = build_policy(cfg.preset, tokenizer, seed=cfg.seed, **cfg.model_overrides).to(device)
-    model.train()
     rng = random.Random(f"sft|{cfg.seed}")
     train_pool = task.examples("train", cfg.batch_size * 50, seed=cfg.seed)
     eval_during = task.examples("test", cfg.eval_prompts, seed=cfg.seed + 1)
     eval_final = task.examples("test", cfg.eval_n, seed=cfg.seed + 2)
     demo_len = max(len(task.demonstration(ex)) for ex in train_pool[:512])
     max_new = cfg.max_new_tokens or demo_len + 8
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(cfg.warmup_steps, 1)))
-    history, t0, step, passed, next_eval = [], time.perf_counter(), 0, 0.0, cfg.eval_every
-    stopped_by = "max_steps"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        while step < cfg.max_steps:
-            batch = rng.sample(train_pool, cfg.batch_size)
-            demos = [task.demonstration(ex) for ex in batch]
-            if cfg.noise > 0:
-                demos = [_corrupt(d, task.alphabet, rng) if rng.random() < cfg.noise else d for d in demos]
-            ids, attn, P, mask = encode_pairs(tokenizer, [ex.prompt for ex in batch], demos)
-            loss = sft_loss(model, ids.to(device), attn.to(device), P, mask.to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            step += 1
-            elapsed = time.perf_counter() - t0
-            out_of_time = cfg.max_seconds is not None and elapsed > cfg.max_seconds
-            if step >= next_eval or out_of_time or step == cfg.max_steps:
-                passed = measure_pass_rate(model, tokenizer, task, eval_during, max_new_tokens=max_new,
-                                           seed=cfg.seed + step)
-                history.append({"step": step, "loss": round(loss.item(), 5), "sampled_pass": passed,
-                                "seconds": round(time.perf_counter() - t0, 2)})
-                # close to the target the pass rate climbs fast: evaluate more often there
-                fine = passed > 0
-                next_eval = step + (cfg.fine_eval_every if fine else cfg.eval_every)
-                log(f"sft step {step} loss {loss.item():.4f} sampled pass {passed:.3f} "
-                    f"({time.perf_counter() - t0:.1f}s)")
-                if passed >= cfg.target_pass:
-                    stopped_by = "target"
-                    break
-                if out_of_time:
-                    stopped_by = "max_seconds"
-                    break
-    train_seconds = time.perf_counter() - t0
+
+    def next_batch() -> tuple[list[str], list[str]]:
+        batch = rng.sample(train_pool, cfg.batch_size)
+        demos = [task.demonstration(ex) for ex in batch]
+        if cfg.noise > 0:
+            demos = [_corrupt(d, task.alphabet, rng) if rng.random() < cfg.noise else d for d in demos]
+        return [ex.prompt for ex in batch], demos
+
+    def evaluate(step: int) -> dict:
+        return {"sampled_pass": measure_pass_rate(model, tokenizer, task, eval_during, max_new_tokens=max_new,
+                                                  seed=cfg.seed + step)}
+
+    run = sft_loop(model, tokenizer, cfg, next_batch, evaluate, device=device, fine_eval_every=cfg.fine_eval_every,
+                   log=log)
     model.eval()
     pass_rate = measure_pass_rate(model, tokenizer, task, eval_final, max_new_tokens=max_new, seed=cfg.seed + 10**6)
     greedy = measure_pass_rate(model, tokenizer, task, eval_final, max_new_tokens=max_new, temperature=0.0)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    info = {
-        "config": asdict(cfg),
-        "key": cfg.key(),
-        "pass_rate": pass_rate,
-        "greedy_pass_rate": greedy,
-        "pass_rate_measured_on": f"{cfg.eval_n} held-out prompts, one sample each, temperature 1",
-        "steps": step,
-        "stopped_by": stopped_by,
-        "in_band": PASS_BAND[0] <= pass_rate <= PASS_BAND[1],
-        "train_seconds": round(train_seconds, 2),
-        "max_new_tokens": max_new,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device),
-        "built_on": built_on(device),
-        "history": history,
-    }
-    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
-    return info
+    return save_warm_start(out_dir, model, tokenizer, cfg, run, device, pass_rate=pass_rate, max_new_tokens=max_new,
+                           greedy_pass_rate=greedy)
 
 
 def warm_start(
@@ -362,6 +499,10 @@ def warm_start(
     Returns:
         ``WarmStart`` with the directory, the sampled and greedy held-out pass rates, and
         ``reused=True`` when it came from the cache.
+
+    Raises:
+        SFTSettingsError: a setting out of its range or an unknown preset (`check_settings`), before anything
+            is written.
     """
     if task_kwargs is None:
         task_kwargs = dict(DEFAULT_TASK_KWARGS) if task_spec == DEFAULT_TASK else {}
@@ -370,183 +511,12 @@ def warm_start(
         raise TypeError(f"unknown warm_start settings: {sorted(unknown)}")
     task_kwargs = {**task_defaults(task_spec), **task_kwargs}
     cfg = SFTConfig(task=task_spec, task_kwargs=task_kwargs, preset=str(preset), seed=seed, **config)
-    if not 0 <= cfg.noise < 1:
-        raise SFTSettingsError(f"noise must be in [0, 1), got {cfg.noise}")
-    if not 0 < cfg.target_pass <= 1:
-        raise SFTSettingsError(f"target_pass must be in (0, 1], got {cfg.target_pass}")
+    check_settings(cfg)
     path = cache_path(cache_dir, cfg.preset, cfg.task, cfg.key())
-    if (path / INFO_FILE).is_file() and not force:
-        info = json.loads((path / INFO_FILE).read_text())
-        return _result(path, info, reused=True)
-    log = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *_: None)
-    print(f"warm start: building {path} by SFT (up to {cfg.max_steps} steps): {_why_not_cached(path, cfg, force)}",
-          file=sys.stderr, flush=True)
-    info = build_atomically(path, lambda tmp: _train(cfg, tmp, log, resolve_device(device)))
-    if not info["in_band"]:
-        warnings.warn(
-            f"warm start {path.name}: sampled pass rate {info['pass_rate']:.3f} is outside "
-            f"{PASS_BAND} (stopped by {info['stopped_by']} after {info['steps']} steps); adjust "
-            "target_pass, max_steps or noise",
-            stacklevel=2,
-        )
-    return _result(path, info, reused=False)
-
-
-def _why_not_cached(path: Path, cfg: SFTConfig, force: bool) -> str:
-    """Why a warm start is being built: forced, or no cached one has these settings (key); when one of the
-    same preset and task is cached, the settings in which it differs."""
-    if force:
-        return "force=True"
-    why = f"no cached warm start with key {cfg.key()} in {path.parent}"
-    mine = json.loads(json.dumps(asdict(cfg), default=str))
-    for other in sorted(path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*/{INFO_FILE}")):
-        theirs = json.loads(other.read_text()).get("config", {})
-        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        why += f"; cached {other.parent.name} differs in {', '.join(diff)}"
-        break
-    return why
-
-
-def _result(path: Path, info: dict, *, reused: bool) -> WarmStart:
+    info, reused = build_cached(path, cfg, lambda tmp, log: _train(cfg, tmp, log, resolve_device(device)),
+                                force=force, verbose=verbose, what="")
     return WarmStart(
         path=path, pass_rate=info["pass_rate"], greedy_pass_rate=info["greedy_pass_rate"],
         steps=info["steps"], train_seconds=info["train_seconds"], reused=reused,
         config=info["config"], history=info.get("history", []), stopped_by=info.get("stopped_by", ""),
     )
-
-
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The warm-start flags: task, preset, cache, and one ``--field-name`` per ``SFTConfig`` field."""
-    ap.add_argument("--task", default=DEFAULT_TASK, help=f"task spec: {task_help()} (default: addition)")
-    add_task_kwargs_arguments(ap, f"{TASK_KWARGS_HELP} (default for addition: digits=5, scratchpad=true)")
-    ap.add_argument("--preset", default="tiny-dense", help="model preset (tiny-dense, tiny-moe)")
-    ap.add_argument("--model", default=None,
-                    help="a packaged pretrained model (smollm2-135m-instruct) or a model directory to warm-start "
-                         "instead of a preset: SFT through its chat template (respo.runtime.pretrained_sft)")
-    ap.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
-                    help=f"directory of cached warm starts, one per settings hash (default: {DEFAULT_CACHE_DIR}, "
-                         "where respo train looks)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of initialisation, data order and evaluation samples")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: torch's; 1 is faster when other processes share the cores)")
-    ap.add_argument("--force", action="store_true", help="retrain even if cached")
-    ap.add_argument("--device", default="cpu", help="where SFT runs: cpu, cuda, cuda:K or auto (not part of the cache key)")
-    ap.add_argument("--record", default=None, metavar="FILE",
-                    help="also write the warm start's record to FILE (atomically): its cached respo_warm_start.json "
-                         "and, as \"command\", this command without --cache-dir and --record")
-    defaults = SFTConfig()
-    for name, f in SFTConfig.__dataclass_fields__.items():
-        if name in ("task", "task_kwargs", "preset", "seed", "model_overrides"):
-            continue
-        kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(str(f.type), str)
-        ap.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
-                        help=f"SFTConfig.{name} (default: {getattr(defaults, name)})")
-
-
-#: Flags that say where a warm start is kept or recorded, not what it is: left out of its recorded command.
-_WHERE_FLAGS = ("cache_dir", "record")
-
-
-def sft_command(args: argparse.Namespace) -> str:
-    """The ``respo sft`` command of parsed ``add_arguments`` flags: every flag whose value differs from its
-    default, in the parser's order, except `_WHERE_FLAGS`; an absolute path is written as its last part."""
-    import shlex
-
-    ap = argparse.ArgumentParser(add_help=False)
-    add_arguments(ap)
-    words, seen = ["python", "-m", "respo", "sft"], set()
-    for action in ap._actions:
-        dest = action.dest
-        if dest in seen or dest in _WHERE_FLAGS:
-            continue
-        seen.add(dest)
-        value = getattr(args, dest, action.default)
-        if value == action.default:
-            continue
-        flag = action.option_strings[0]
-        if isinstance(action, argparse._StoreTrueAction):
-            words.append(flag)
-        elif dest == "task_kwargs":
-            words += ["--task-kwargs", json.dumps(value, sort_keys=True)]
-        else:
-            text = str(value)
-            words += [flag, Path(text).name if os.path.isabs(text) else text]
-    return shlex.join(words)
-
-
-def write_record(path: Path, args: argparse.Namespace, record_file: str | Path) -> dict:
-    """Write ``{"command": sft_command(args), **<path>/respo_warm_start.json}`` to ``record_file`` atomically
-    (a temporary file beside it, renamed); the record. A top-level value that is an absolute path (``source``,
-    where the pretrained model was read from) is written as its last part, as in the command."""
-    info = json.loads((Path(path) / INFO_FILE).read_text())
-    record = {"command": sft_command(args), **{k: Path(v).name if isinstance(v, str) and os.path.isabs(v) else v
-                                               for k, v in info.items()}}
-    write_text_atomic(record_file, json.dumps(record, indent=1) + "\n")
-    return record
-
-
-def run_from_args(args: argparse.Namespace) -> WarmStart:
-    """Run ``warm_start`` from parsed ``add_arguments`` flags and print a JSON summary line; with ``--record
-    FILE``, then write the warm start's record (`write_record`)."""
-    record = getattr(args, "record", None)
-    if record is not None and not Path(record).parent.is_dir():
-        raise SFTSettingsError(f"--record {record}: directory {Path(record).parent} does not exist")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load_task(args.task, DEFAULT_TASK_KWARGS if args.task_kwargs is None and args.task == DEFAULT_TASK
-              else args.task_kwargs)  # a bad task is a one-line error before anything is trained
-    overrides = {
-        name: getattr(args, name) for name in SFTConfig.__dataclass_fields__
-        if name not in ("task", "task_kwargs", "preset", "seed") and getattr(args, name, None) is not None
-    }
-    problem = device_problem(args.device)
-    if problem:
-        raise SFTSettingsError(problem)
-    if args.model:
-        path = _run_pretrained(args, overrides)
-        if record is not None:
-            write_record(path, args, record)
-        return path
-    ws = warm_start(args.task, args.preset, args.cache_dir, seed=args.seed, task_kwargs=args.task_kwargs,
-                    force=args.force, verbose=True, device=args.device, **overrides)
-    print(json.dumps({"path": str(ws.path), "pass_rate": ws.pass_rate,
-                      "greedy_pass_rate": ws.greedy_pass_rate, "steps": ws.steps,
-                      "stopped_by": ws.stopped_by, "train_seconds": ws.train_seconds,
-                      "reused": ws.reused}))
-    if record is not None:
-        write_record(ws.path, args, record)
-    return ws
-
-
-def _run_pretrained(args: argparse.Namespace, overrides: dict) -> Path:
-    """``respo sft --model NAME``: the pretrained warm start (``respo.runtime.pretrained_sft``) with the given flags."""
-    from .pretrained_sft import PretrainedSFTConfig, warm_start_pretrained
-
-    unknown = sorted(set(overrides) - set(PretrainedSFTConfig.__dataclass_fields__))
-    if unknown:
-        raise SFTSettingsError(f"--model {args.model}: the pretrained warm start has no setting(s) "
-                               f"{', '.join('--' + u.replace('_', '-') for u in unknown)}")
-    path = warm_start_pretrained(args.model, args.task, args.cache_dir, task_kwargs=args.task_kwargs, force=args.force,
-                                 seed=args.seed, device=args.device, **overrides)
-    info = json.loads((path / INFO_FILE).read_text())
-    print(json.dumps({"path": str(path), **{k: info[k] for k in ("pass_rate", "mean_response_tokens", "steps",
-                                                               "stopped_by", "train_seconds")}}))
-    return path
-
-
-def register(subparsers) -> None:
-    """Add ``respo sft`` to the ``respo`` CLI (list this module in ``respo.cli.EXTENSIONS``)."""
-    p = subparsers.add_parser("sft", help="warm-start a preset or a packaged model on task demonstrations (cached)",
-                              description=__doc__.splitlines()[0])
-    add_arguments(p)
-    p.set_defaults(func=lambda args: (run_from_args(args), 0)[1])
-
-
-def main(argv: list[str] | None = None) -> WarmStart:
-    ap = argparse.ArgumentParser(prog="python -m respo.runtime.sft", description=__doc__.splitlines()[0])
-    add_arguments(ap)
-    return run_from_args(ap.parse_args(argv))
-
-
-if __name__ == "__main__":
-    main()

@@ -211,7 +211,9 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module) -> dict[str, Any]:
 class RunState:
     """Everything of a run that changes from update to update, besides the weights.
 
-    ``update`` counts optimizer steps, ``version`` the policy versions (one per update), ``dropped``
+    ``update`` counts updates, ``version`` the policy versions (one per applied update: a skipped one, with a
+    non-finite gradient, leaves the policy as it was), ``skipped_in_a_row`` the skipped updates just before
+    this one, ``dropped``
     the async batches dropped as too stale, ``evals`` the held-out evaluations so far,
     ``wall_s_parts`` the wall time of each earlier part of a resumed run (up to its last checkpoint)
     and ``part_start`` when this part began (`time.perf_counter`). `state_dict` /
@@ -226,6 +228,7 @@ class RunState:
     generator: torch.Generator  # the sampling generator
     update: int = 0
     version: int = 0
+    skipped_in_a_row: int = 0
     dropped: int = 0
     evals: dict[str, Any] = field(default_factory=dict)
     wall_s_parts: list[float] = field(default_factory=list)
@@ -236,7 +239,8 @@ class RunState:
         return [*self.wall_s_parts, time.perf_counter() - self.part_start]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"update": self.update, "version": self.version, "dropped": self.dropped,
+        return {"update": self.update, "version": self.version, "skipped_in_a_row": self.skipped_in_a_row,
+                "dropped": self.dropped,
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "rng": rng_state(self.generator), "cursor": self.stream.state(), "buffer": self.buffer.state(),
                 "evals": self.evals, "wall_s_parts": self.wall_parts()}
@@ -248,6 +252,7 @@ class RunState:
         self.stream.load_state(state["cursor"])
         self.buffer.load_state(state["buffer"])
         self.update, self.version, self.dropped = state["update"], state["version"], state["dropped"]
+        self.skipped_in_a_row = state.get("skipped_in_a_row", 0)  # absent from checkpoints written before it
         self.evals = state.get("evals", {})
         self.wall_s_parts = list(state.get("wall_s_parts", []))
 

@@ -29,7 +29,8 @@ from respo.runtime.engines import ENGINES
 from respo.runtime.engines.vllm import ENGINE_DTYPES
 from respo.runtime.precision import DTYPES, device_problem
 
-__all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides"]
+__all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides",
+           "model_dir_problem"]
 
 MODES = ("sync", "async")
 
@@ -98,6 +99,7 @@ class TrainConfig:
     grad_clip: float = field(default=1.0, metadata={"help": "maximum global gradient norm; 0 disables clipping"})
     adam_betas: tuple = field(default=(0.9, 0.999), metadata={"help": "AdamW (beta1, beta2) as a JSON list"})
     adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
+    max_nonfinite_steps: int = field(default=3, metadata={"help": "an update whose loss or gradient is not finite is skipped (no optimizer or scheduler step; skipped = 1 in metrics.jsonl); after this many in a row the run stops, with a checkpoint of its last good state"})
 
     # --- MoE ---
     routing_replay: bool = field(default=False, metadata={"help": "MoE only: replay the rollout's expert routing in the old-logp and training forwards"})
@@ -271,6 +273,30 @@ def _packaged_problem(model: str) -> str | None:
     return packaged_problem(model) if is_packaged(model) else None
 
 
+def _is_number(value: Any) -> bool:
+    """A real number (an int or float, not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def model_dir_problem(path: Path) -> str | None:
+    """Why directory ``path`` is no Hugging Face model directory, None when it may be one: it needs a
+    ``config.json`` holding a JSON object with a ``model_type`` (what transformers reads to choose the model
+    class). A respo run directory's ``config.json`` is named as such, with the path of its trained policy."""
+    config = path / "config.json"
+    if not config.is_file():
+        return f"model directory {str(path)!r} has no config.json"
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"model directory {str(path)!r}: config.json is not readable JSON ({err})"
+    if isinstance(data, dict) and "model_type" in data:
+        return None
+    if isinstance(data, dict) and "objective" in data and "out_dir" in data:
+        return (f"model directory {str(path)!r} is a respo run directory, not a model's; its trained policy is "
+                f"{str(path / 'final')!r}")
+    return f"model directory {str(path)!r}: config.json is not a Hugging Face model config (it has no model_type)"
+
+
 def _objective_problem(cfg: TrainConfig) -> str | None:
     """What is wrong with the objective, its hyperparameters and its aggregation, asked of the core
     (`build_objective` checks the names and values, `Objective.agg_mode` the aggregation)."""
@@ -295,7 +321,7 @@ def validate(cfg: TrainConfig) -> None:
     """Check ``cfg`` can run; raise one `ConfigError` listing every problem (one line when there is one)."""
     errs: list[str] = []
     positive = ("prompts", "updates", "max_new_tokens", "train_pool", "eval_k", "sync_every", "queue_size",
-                "keep_checkpoints")
+                "keep_checkpoints", "max_nonfinite_steps")
     for name in positive:
         if getattr(cfg, name) < 1:
             errs.append(f"{name} must be >= 1, got {getattr(cfg, name)}")
@@ -328,7 +354,7 @@ def validate(cfg: TrainConfig) -> None:
               "temperature": (cfg.temperature > 0, "> 0"), "top_p": (0 < cfg.top_p <= 1, "in (0, 1]")}
     errs += [f"{name} must be {bound}, got {getattr(cfg, name)}" for name, (ok, bound) in ranges.items()
              if not ok and name not in nonfinite]
-    if len(cfg.adam_betas) != 2 or not all(0 <= b < 1 for b in cfg.adam_betas):
+    if len(cfg.adam_betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in cfg.adam_betas):
         errs.append(f"adam_betas must be two numbers in [0, 1), got {list(cfg.adam_betas)}")
     if _packaged_problem(cfg.model):
         errs.append(_packaged_problem(cfg.model))
@@ -337,8 +363,10 @@ def validate(cfg: TrainConfig) -> None:
         if not p.is_dir():
             errs.append(f"model {cfg.model!r} is neither a preset (tiny-dense, tiny-moe), a packaged model "
                         f"(smollm2-135m-instruct) nor an existing model directory")
-        elif not (p / "config.json").is_file():
-            errs.append(f"model directory {cfg.model!r} has no config.json")
+        else:
+            problem = model_dir_problem(p)
+            if problem:
+                errs.append(problem)
     if cfg.micro_batch_tokens < 0:
         errs.append(f"micro_batch_tokens must be >= 0, got {cfg.micro_batch_tokens}")
     if cfg.micro_batch_tokens and cfg.micro_batch:

@@ -17,7 +17,7 @@ from respo.runtime.pretrained_sft import load_packaged_policy
 from respo.runtime.sft import INFO_FILE, load_policy, warm_start
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
-from respo.train.config import TrainConfig
+from respo.train.config import ConfigError, TrainConfig, model_dir_problem
 
 __all__ = ["Policy", "load_run_policy", "weights_sha256"]
 
@@ -73,11 +73,19 @@ def _load(cfg: TrainConfig) -> Policy:
                                             warm_start=cfg.warm_start, sft_kwargs=cfg.sft_kwargs, verbose=cfg.progress,
                                             device=cfg.device))
     path = Path(cfg.model)
-    if (path / INFO_FILE).is_file():
-        model, tok, info = load_policy(path)
-        return Policy(model, tok, {"source": "dir", "path": str(path), **_jsonable(info)})
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = models.build_policy(path, tok)
+    problem = model_dir_problem(path)
+    if problem:
+        raise ConfigError(problem)
+    try:
+        if (path / INFO_FILE).is_file():
+            model, tok, info = load_policy(path)
+            return Policy(model, tok, {"source": "dir", "path": str(path), **_jsonable(info)})
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = models.build_policy(path, tok)
+    except (OSError, ValueError, KeyError) as err:  # transformers' ways of saying a directory is no model it reads
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"model directory {str(path)!r} could not be loaded as a Hugging Face model and "
+                          f"tokenizer: {first}") from None
     return Policy(model, tok, {"source": "dir", "path": str(path)})
 
 

@@ -28,8 +28,8 @@ from respo.fileio import write_text_atomic
 from respo.train.checkpoint import latest_checkpoint
 
 __all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
-           "prepare_run_dir", "lock_run_dir", "resume_changes", "check_resume", "finished", "resumed_entries",
-           "reopen", "write_config"]
+           "prepare_run_dir", "lock_run_dir", "read_record", "resume_changes", "check_resume", "finished",
+           "resumed_entries", "reopen", "write_config"]
 
 #: What a run writes into its directory; anything else there (a sweep's train.log, notes) is left alone.
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", "tb", "report.md", "curve.png")
@@ -37,11 +37,11 @@ RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", 
 #: run goes on past it.
 ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
 #: Settings a resumed run may change: they change neither the weights nor the per-update records
-#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records).
-#: Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
+#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records;
+#: ``max_nonfinite_steps`` only says how many skipped updates in a row stop a run). Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
 #: part of the experiment.
 RESUMABLE = ("updates", "out_dir", "cache_dir", "progress", "tensorboard", "checkpoint_every", "keep_checkpoints",
-             "eval_every")
+             "eval_every", "max_nonfinite_steps")
 
 
 class RunDirError(RespoError, RuntimeError):
@@ -92,7 +92,8 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
 
     - neither flag: the directory must hold no previous run (`RUN_ENTRIES`);
     - ``overwrite``: a previous run's files are deleted first (nothing else in the directory is touched);
-    - ``resume``: the newest checkpoint, or None when the directory holds no previous run at all.
+    - ``resume``: the newest checkpoint, or None when the directory holds no previous run at all (said on
+      stdout: "nothing to resume in DIR; starting a new run").
 
     Raises:
         RunDirError: both flags, a previous run without either flag, or ``resume`` with a previous
@@ -117,18 +118,22 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
         raise RunDirError(f"--resume: run directory {str(run_dir)!r} holds a previous run ({', '.join(used)}) but no "
                           f"checkpoint under ckpt/ to continue from; pass --overwrite instead to delete it and "
                           f"start again")
+    if ckpt is None:
+        print(f"[respo] --resume: nothing to resume in {run_dir}; starting a new run", flush=True)
     return ckpt
 
 
 @contextmanager
 def lock_run_dir(run_dir: str | Path) -> Iterator[Path]:
     """Create ``run_dir`` if needed and hold an exclusive advisory lock on it (``flock`` on the
-    directory itself, released when the process ends, however it ends).
+    directory itself, released when the process ends, however it ends). When the block raises and the
+    directories this created are still empty (the run failed before writing anything), they are removed.
 
     Raises:
         RunDirError: another process holds the lock (a run is writing into this directory).
     """
     run_dir = Path(run_dir)
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # the deepest first
     run_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(run_dir, os.O_RDONLY)
     try:
@@ -138,6 +143,13 @@ def lock_run_dir(run_dir: str | Path) -> Iterator[Path]:
             raise RunDirError(f"run directory {str(run_dir)!r} is in use by another respo process; wait for it "
                               f"to finish or choose another --out-dir") from None
         yield run_dir
+    except BaseException:  # a run that failed before writing anything leaves no directory behind
+        for path in created:
+            try:
+                path.rmdir()  # only while empty
+            except OSError:
+                break
+        raise
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
@@ -162,6 +174,27 @@ def resume_changes(old: Mapping[str, Any], new: Mapping[str, Any], *, defaults: 
     return changes
 
 
+def read_record(run_dir: Path) -> dict | None:
+    """The run's ``config.json`` (None when there is none).
+
+    Raises:
+        RunDirError: it is not readable as a JSON object (truncated, say): the run's record of its settings,
+            starting policy and resumes cannot be continued.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        record = err
+    if not isinstance(record, dict):
+        why = f"({record})" if isinstance(record, Exception) else "(not a JSON object)"
+        raise RunDirError(f"--resume: {str(path)!r} is corrupt {why}; restore it, or pass --overwrite to delete "
+                          f"the run and start again")
+    return record
+
+
 def check_resume(run_dir: Path, settings: Mapping[str, Any], defaults: Mapping[str, Any], manifest: Mapping[str, Any],
                  updates: int) -> dict[str, list]:
     """The settings changed since the checkpoint was written, ``{field: [old, new]}`` (all in `RESUMABLE`).
@@ -173,9 +206,8 @@ def check_resume(run_dir: Path, settings: Mapping[str, Any], defaults: Mapping[s
     Raises:
         RunDirError: a setting that changes the experiment differs, or the run is already past ``updates``.
     """
-    old = manifest.get("config")
-    if old is None and (run_dir / "config.json").is_file():
-        old = json.loads((run_dir / "config.json").read_text())
+    record = read_record(run_dir)  # a corrupt one is refused even when the manifest has the settings
+    old = manifest.get("config", record)
     changes = {}
     if old is None:
         print(f"[respo] --resume: {run_dir} records no settings for its checkpoint; they cannot be checked",
@@ -198,8 +230,7 @@ def resumed_entries(run_dir: Path, update: int, changes: Mapping[str, list]) -> 
     """config.json's ``resumed`` list plus this resume, ``{"update": U, field: [old, new], ...}``; entries
     of parts that left no checkpoint after ``update`` (killed before one) are dropped: this entry
     compares with the checkpoint's own settings."""
-    path = run_dir / "config.json"
-    earlier = json.loads(path.read_text()).get("resumed", []) if path.is_file() else []
+    earlier = (read_record(run_dir) or {}).get("resumed", [])
     return [e for e in earlier if e.get("update", 0) < update] + [{"update": update, **changes}]
 
 

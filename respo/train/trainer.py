@@ -12,7 +12,6 @@ what the run needs (task, policy, objective, optimizer and run state, resuming a
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import signal
 import threading
@@ -27,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from respo.core import Objective, group_advantages
+from respo.errors import RespoError
 from respo.runtime import moe
 from respo.runtime.chat import render_for
 from respo.runtime.engines import RolloutEngine, make_engine
@@ -38,14 +38,19 @@ from respo.train.config import ConfigError, TrainConfig, config_to_dict, validat
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
 from respo.train.policy import Policy, load_run_policy
-from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, reopen,
-                                resumed_entries, write_config)
+from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, read_record,
+                                reopen, resumed_entries, write_config)
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
 from respo.train.update import make_optimizer, run_objective, update_step
 
-__all__ = ["train"]
+__all__ = ["train", "NonFiniteError"]
 
 NUMPY_SEED_RANGE = 2**32  # numpy's legacy seeding takes seeds in [0, 2**32)
+
+
+class NonFiniteError(RespoError, RuntimeError):
+    """``max_nonfinite_steps`` updates in a row had a non-finite loss or gradient; the run stopped with a
+    checkpoint of its last good state."""
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> Path:
@@ -66,6 +71,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
     the run's (config.json records them under ``resumed``), any other difference raises `RunDirError`.
     A finished run is left untouched; a run stopped after its last checkpoint is finished without
     evaluating again.
+
+    An update whose loss or gradient is not finite is skipped (`respo.train.update.update_step`: the weights,
+    the optimizer's moments and the learning-rate schedule stay as they were; the policy version does not
+    advance) and recorded with ``skipped = 1``; after ``cfg.max_nonfinite_steps`` of them in a row the run
+    writes a checkpoint (its weights those of the last applied update) and raises `NonFiniteError`.
     """
     validate(cfg)
     run_dir = Path(cfg.out_dir)
@@ -114,6 +124,23 @@ class _Run:
     def checkpoint(self) -> None:
         self.state.save(self.run_dir / "ckpt", self.policy.model, keep=self.cfg.keep_checkpoints,
                         config=self.settings)
+
+    def skipped(self, metrics: dict) -> None:
+        """An update whose loss or gradient was not finite was skipped: say so; after
+        ``cfg.max_nonfinite_steps`` such updates in a row, checkpoint the last good state and stop."""
+        state, limit = self.state, self.cfg.max_nonfinite_steps
+        what = f"loss {float(metrics['loss']):.4g}, grad norm {float(metrics['grad_norm']):.4g}"
+        print(f"[respo] update {state.update}: {what} not finite; step skipped ({state.skipped_in_a_row} of "
+              f"max_nonfinite_steps = {limit} in a row)", flush=True)
+        if state.skipped_in_a_row < limit:
+            return
+        self.checkpoint()
+        self.log.close()
+        ckpt = self.run_dir / "ckpt" / f"update-{state.update:06d}"
+        raise NonFiniteError(
+            f"non-finite gradient at update {state.update} (objective {self.cfg.objective}: {what}): {limit} updates "
+            f"in a row skipped; the last good state (the weights after update {state.update - limit}) is checkpointed "
+            f"in {ckpt}; lower --lr, set --grad-clip or check the objective's settings")
 
     def stop(self, signum: int) -> None:
         """SIGINT/SIGTERM: checkpoint at this update boundary and stop."""
@@ -175,10 +202,7 @@ def _check_same_start(run_dir: Path, info: dict) -> None:
     """A resumed run continues from its checkpoint, but its record names the policy it started from:
     refuse to resume when the starting policy's weights (``weights_sha256``) are not the ones this run
     recorded (a warm start rebuilt or replaced since), rather than record a start the run never had."""
-    try:
-        before = (json.loads((run_dir / "config.json").read_text()).get("policy") or {}).get("weights_sha256")
-    except (OSError, ValueError):
-        return  # no readable record: nothing to contradict (rundir checks the directory itself)
+    before = ((read_record(run_dir) or {}).get("policy") or {}).get("weights_sha256")
     now = info.get("weights_sha256")
     if before and now and before != now:
         where = info.get("path") or info.get("source")
@@ -213,11 +237,15 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 rec.update(batch_metrics(batch, old_logp, state.version))
                 state.dropped += rec.get("dropped", 0)
                 state.update += 1
-                state.version += 1
+                skipped = "skipped" in metrics  # a non-finite loss or gradient: the weights did not change
+                state.version += 0 if skipped else 1
+                state.skipped_in_a_row = state.skipped_in_a_row + 1 if skipped else 0
                 source.after_update(model, state.update, state.version)
                 # -- log: one metrics.jsonl record per update
                 rec = run.log.log({"update": state.update, "version": state.version,
                                    "dropped_total": state.dropped, **rec})
+                if skipped:
+                    run.skipped(metrics)
                 bar.update(1)
                 bar.set_postfix(score=f"{rec['score']:.3f}", stale=f"{rec['staleness_mean']:.1f}")
                 # -- evaluate, checkpoint: when due

@@ -43,6 +43,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     per mini-batch, taken after every micro-batch's forward, leaves it the policy being differentiated,
     so its log-probs are this forward (bitwise a recomputation) and cost no extra forward pass.
 
+    A step whose loss or gradient norm is not finite is not applied: no optimizer step (weights and AdamW moments
+    unchanged), no scheduler step, the gradients dropped; its metrics hold ``skipped = 1``.
+
     Returns:
         Metrics (loss, grad_norm, grad_clipped, lr, entropy, the core's diagnostics from ``policy_loss`` on the
         whole mini-batch, recomputed from the detached micro-batch log-probs; MoE: router shift and
@@ -92,8 +95,12 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     lr = optimizer.param_groups[0]["lr"]
-    optimizer.step()
-    scheduler.step()
+    applied = bool(torch.isfinite(loss_total) & torch.isfinite(grad_norm).cpu())  # a NaN/inf gradient is never applied
+    if applied:
+        optimizer.step()
+        scheduler.step()
+    else:  # no optimizer step, no scheduler step, moments untouched
+        optimizer.zero_grad(set_to_none=True)
     # the diagnostics of the whole mini-batch, each row in its micro-batch (M2PO selected within each)
     groups = torch.cat([torch.full((j - i,), k, dtype=torch.long) for k, (i, j) in enumerate(ranges)])  # (S,)
     with torch.no_grad():
@@ -102,6 +109,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
                             **({"prox_logp": logp_all} if takes_prox else {}), **corr)
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
+    if not applied:
+        out["skipped"] = 1
     out.update(diag)
     if router_now:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
         now = moe.cat_routings(router_now, length=batch.routing.shape[1])  # (S, L, n_layers, k)
