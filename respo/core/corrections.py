@@ -75,78 +75,21 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-LOG_W_CLAMP = 20.0  # as respo.core.ratios and verl's SAFETY_BOUND
-LEVELS = ("token", "sequence")
+from respo.core.checks import (LEVELS, check_band, check_cap, check_choice, check_clip, check_level,  # noqa: F401
+                               check_number, check_positive)  # fmt: skip
+from respo.core.ratios import LOG_W_CLAMP, ppo_clip
+
 CAP_MODES = ("mask", "truncate")
 
 Metrics = Dict[str, torch.Tensor]
 
 
-# --------------------------------------------------------------------------------------------------
-# Hyperparameter checks: one-line errors that name the value
-# --------------------------------------------------------------------------------------------------
-
-
-def _number(name: str, value, *, what: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: {name} must be a number, got {value!r}")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: {name} must be a number, got {value!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{what}: {name} must be finite, got {value!r}")
-    return x
-
-
-def check_level(level: str, *, what: str) -> str:
-    if level not in LEVELS:
-        raise ValueError(f"{what}: level must be one of {LEVELS}, got {level!r}")
-    return level
-
-
-def check_cap(cap, *, what: str, name: str = "cap") -> float:
-    cap = _number(name, cap, what=what)
-    if not cap > 0:
-        raise ValueError(f"{what}: {name} must be > 0, got {cap}")
-    return cap
-
-
-def check_band(lo, hi, *, what: str) -> Tuple[float, float]:
-    lo, hi = _number("lo", lo, what=what), _number("hi", hi, what=what)
-    if not (0 <= lo < hi):
-        raise ValueError(f"{what}: need 0 <= lo < hi, got lo={lo}, hi={hi}")
-    return lo, hi
-
-
-def check_positive(name: str, value, *, what: str, allow_zero: bool = False) -> float:
-    x = _number(name, value, what=what)
-    if x < 0 or (x == 0 and not allow_zero):
-        raise ValueError(f"{what}: {name} must be {'>=' if allow_zero else '>'} 0, got {x}")
-    return x
-
-
-def check_clip(low, high, c, *, what: str) -> Tuple[float, float, Optional[float]]:
-    low, high = _number("clip_ratio_low", low, what=what), _number("clip_ratio_high", high, what=what)
-    if not 0 <= low < 1:
-        raise ValueError(f"{what}: clip_ratio_low must be in [0, 1), got {low}")
-    if high < 0:
-        raise ValueError(f"{what}: clip_ratio_high must be >= 0, got {high}")
-    if c is not None:
-        c = _number("clip_ratio_c", c, what=what)
-        if not c > 1:
-            raise ValueError(f"{what}: clip_ratio_c must be > 1 (dual clip) or None, got {c}")
-    return low, high, c
-
-
 def check_cap_mode(cap_mode: str, *, what: str) -> str:
-    if cap_mode not in CAP_MODES:
-        raise ValueError(f"{what}: cap_mode must be one of {CAP_MODES}, got {cap_mode!r}")
-    return cap_mode
+    return check_choice("cap_mode", cap_mode, CAP_MODES, what=what)
 
 
 # --------------------------------------------------------------------------------------------------
-# Weights, masks and the PPO clip
+# Weights and masks
 # --------------------------------------------------------------------------------------------------
 
 
@@ -236,28 +179,6 @@ def opsm_keep(log_w: torch.Tensor, seq_adv: torch.Tensor, mask: torch.Tensor, de
     return (seq_adv >= 0) | (kl <= delta)
 
 
-def ppo_clip(
-    adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float, c: Optional[float] = None
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PPO's clipped per-token loss, with verl's dual clip for Â < 0 when ``c`` is set.
-
-        ℓ = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â);  Â < 0 and c: ℓ = min(ℓ, −c·Â)
-
-    Returns:
-      (ℓ (B, T) with grad, active (B, T) bool where the gradient −Â·∇r flows, clipped (B, T) bool
-      where verl's ``pg_clipfrac`` counts a clip: −Â·clip(r) > −Â·r).
-    """
-    l1 = -adv * ratio
-    l2 = -adv * ratio.clamp(1 - low, 1 + high)
-    loss = torch.maximum(l1, l2)
-    r = ratio.detach()
-    cut = ((adv > 0) & (r > 1 + high)) | ((adv < 0) & (r < 1 - low))
-    if c is not None:
-        loss = torch.where(adv < 0, torch.minimum(loss, -adv * c), loss)
-        cut = cut | ((adv < 0) & (r > c))
-    return loss, ~cut, l2.detach() > l1.detach()
-
-
 # --------------------------------------------------------------------------------------------------
 # The corrections: per-token loss, detached coefficient and what the correction cut
 # --------------------------------------------------------------------------------------------------
@@ -320,10 +241,11 @@ def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None, groups=N
     return Correction(-(k * adv) * ratio, k * ratio.detach(), _nothing(keep), valid & ~keep, "token", {})
 
 
-def _clip_metrics(active: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor) -> Metrics:
+def _clip_metrics(clip, mask: torch.Tensor) -> Metrics:
     m = mask.to(torch.float64 if mask.dtype == torch.float64 else torch.float32)
     n = m.sum().clamp(min=1)
-    return {"clipfrac": (clipped.to(m.dtype) * m).sum() / n, "clip_inactive_frac": ((~active).to(m.dtype) * m).sum() / n}
+    return {"clipfrac": (clip.clipped.to(m.dtype) * m).sum() / n,
+            "clip_inactive_frac": ((~clip.active).to(m.dtype) * m).sum() / n}  # fmt: skip
 
 
 def decoupled(
@@ -344,10 +266,10 @@ def decoupled(
         b, truncated = truncated_weight(log_b, cap)
         silenced = _nothing(truncated)
     ratio = torch.exp((logp - prox).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
-    loss, active, clipped = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+    clip = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
     valid = _valid(mask)
-    coef = b * ratio.detach() * active.to(b.dtype)
-    return Correction(b * loss, coef, truncated & valid, silenced & valid, "token", _clip_metrics(active, clipped, mask))
+    coef = b * ratio.detach() * clip.active.to(b.dtype)
+    return Correction(b * clip.loss, coef, truncated & valid, silenced & valid, "token", _clip_metrics(clip, mask))
 
 
 def opsm(
@@ -358,13 +280,13 @@ def opsm(
     log_w = token_log_weight(logp, old_logp, mask, log_rho)
     keep = opsm_keep(log_w, seq_adv, mask, delta).unsqueeze(-1)  # (B, 1)
     ratio = torch.exp((logp - old_logp).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
-    loss, active, clipped = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+    clip = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
     rho = 1.0 if log_rho is None else torch.exp(log_rho.detach().clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
     k = keep.to(ratio.dtype) * rho
     valid = _valid(mask)
-    coef = k * ratio.detach() * active.to(ratio.dtype)
+    coef = k * ratio.detach() * clip.active.to(ratio.dtype)
     silenced = (~keep).expand_as(valid) & valid
-    return Correction(k * loss, coef, _nothing(valid), silenced, "sequence", _clip_metrics(active, clipped, mask))
+    return Correction(k * clip.loss, coef, _nothing(valid), silenced, "sequence", _clip_metrics(clip, mask))
 
 
 # --------------------------------------------------------------------------------------------------

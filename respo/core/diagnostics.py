@@ -44,6 +44,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from respo.core.kernels import RESPO_POS, VESPO_POS, respo_kernel, vespo_kernel
+from respo.core.ratios import LOG_W_CLAMP
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 LOW_W = -1.0  # log W threshold of "under-generated"
@@ -198,7 +199,7 @@ def weight_diagnostics(
     total_tok = n_tok.sum()
     out["approx_kl"] = -torch.where(rows, log_w, zero).sum() / total_tok.clamp(min=1)
     if token_log_ratio is not None:
-        d = token_log_ratio.detach().to(dtype).clamp(-20, 20)  # clamp also maps NaN-free masked values to finite
+        d = token_log_ratio.detach().to(dtype).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)  # clamp also maps NaN-free masked values to finite
         k3 = torch.expm1(d).sub_(d)  # (B, T), r − 1 − log r ≥ 0
         out["kl_k3"] = torch.where(m > 0, k3, torch.zeros((), dtype=dtype, device=k3.device)).sum() / total_tok.clamp(min=1)
     out.update(same_batch_diagnostics(log_w, pos, low, frac_pos_low_w=out["frac_pos_low_w"]))

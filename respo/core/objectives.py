@@ -77,6 +77,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -85,11 +86,11 @@ import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
 from respo.core import corrections
-from respo.core.checks import LossInputs, check_inputs, check_row_groups
+from respo.core.checks import LossInputs, check_clip, check_inputs, check_positive, check_row_groups
 from respo.core.diagnostics import weight_diagnostics
 from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
                                 truncated_kernel, two_branch, unit_kernel, vespo_kernel)  # fmt: skip
-from respo.core.ratios import LOG_W_CLAMP, sequence_log_ratio, token_log_ratio
+from respo.core.ratios import LOG_W_CLAMP, ppo_clip, sequence_log_ratio, token_log_ratio
 
 Metrics = Dict[str, torch.Tensor]
 LossFn = Callable[..., Tuple[torch.Tensor, Metrics]]
@@ -155,29 +156,10 @@ def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (cond.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
 
 
-def _clip_cuts(x: torch.Tensor, adv: torch.Tensor, low: float, high: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Tokens a sign-aware clip of x to [low, high] cuts: (Â > 0 and x > high, Â < 0 and x < low)."""
-    return (adv > 0) & (x > high), (adv < 0) & (x < low)
-
-
 def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Metrics:
     """``clipfrac_high``, ``clipfrac_low``, ``clipfrac_dual`` and verl's ``clipfrac`` of the given cuts."""
     cuts = {"clipfrac_high": high, "clipfrac_low": low, "clipfrac_dual": dual, "clipfrac": either}
     return {key: _masked_frac(cut, mask) for key, cut in cuts.items() if cut is not None}
-
-
-def _check_clip_range(name: str, low: float, high: float) -> None:
-    """ε_l, ε_h ≥ 0 (a negative ε turns the clip interval inside out); NaN is refused too."""
-    for key, value in (("clip_ratio_low", low), ("clip_ratio_high", high)):
-        if not value >= 0:
-            raise ValueError(f"{name}: {key} must be >= 0, got {value}")
-
-
-def _ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float):
-    """PPO's ℓ¹ = −Â·r, ℓ² = −Â·clip(r, 1−ε_l, 1+ε_h) and ℓ = max(ℓ¹, ℓ²), each (B, T)."""
-    l1 = -adv * ratio
-    l2 = -adv * ratio.clamp(1 - low, 1 + high)
-    return l1, l2, torch.maximum(l1, l2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -258,22 +240,16 @@ def _grpo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_
     Metrics ``clipfrac_high`` (Â > 0, r > 1+ε_h), ``clipfrac_low`` (Â < 0, r < 1−ε_l), ``clipfrac_dual``
     (Â < 0, r > c) and verl's ``clipfrac``. Default aggregation ``token-mean``.
     """
-    _check_clip_range("grpo", clip_ratio_low, clip_ratio_high)
-    if not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (dual clip lower bound), got {clip_ratio_c}")
+    low, high, c = check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="grpo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        adv = inputs.adv  # (B, T) or (B, 1)
         ratio = torch.exp(log_ratio)  # (B, T)
-        l1, l2, clipped = _ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high)
-        dual = torch.minimum(clipped, -adv * clip_ratio_c)
-        values = _weigh(torch.where(adv < 0, dual, clipped), rho)  # (B, T)
+        clip = ppo_clip(inputs.adv, ratio, low, high, c)
+        values = _weigh(clip.loss, rho)  # (B, T)
         with torch.no_grad():
-            r = ratio.detach()
-            high, low = _clip_cuts(r, adv, 1 - clip_ratio_low, 1 + clip_ratio_high)
-            dual_cut = (adv < 0) & (r > clip_ratio_c)
-            coef = _weigh(torch.where(high | low | dual_cut, torch.zeros_like(r), r), rho)
-            metrics = _clip_fractions(inputs.mask, high, low, dual_cut, l2.detach() > l1.detach())
+            coef = _weigh(torch.where(clip.active, ratio.detach(), torch.zeros_like(ratio)), rho)
+            metrics = _clip_fractions(inputs.mask, clip.high, clip.low, clip.dual if c is not None else None,
+                                      clip.clipped)  # fmt: skip
         return Term(values, coef, metrics)
 
     return term
@@ -287,20 +263,18 @@ def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn
         ℓ_it = max(−s_it·Â, −clip(s_it, 1−ε_l, 1+ε_h)·Â).
     Coefficient c_it = s_i where not clipped (Â > 0: s ≤ 1+ε_h; Â < 0: s ≥ 1−ε_l), else 0.
     """
-    _check_clip_range("gspo", clip_ratio_low, clip_ratio_high)
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="gspo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, logp = inputs.adv, inputs.logp
         with torch.no_grad():
             log_s = sequence_log_ratio(logp.detach(), inputs.old_logp, inputs.mask, length_normalize=True)  # (B,)
         s = torch.exp((logp - logp.detach() + log_s.unsqueeze(-1)).clamp(max=GSPO_LOG_S_MAX))  # (B, T)
-        l1, l2, values = _ppo_clip(adv, s, clip_ratio_low, clip_ratio_high)
-        values = _weigh(values, rho)
+        clip = ppo_clip(adv, s, low, high)
+        values = _weigh(clip.loss, rho)
         with torch.no_grad():
-            s_val = s.detach()
-            high, low = _clip_cuts(s_val, adv, 1 - clip_ratio_low, 1 + clip_ratio_high)
-            coef = _weigh(torch.where(high | low, torch.zeros_like(s_val), s_val), rho)
-            metrics = _clip_fractions(inputs.mask, high, low, either=l2.detach() > l1.detach())
+            coef = _weigh(torch.where(clip.active, s.detach(), torch.zeros_like(s)), rho)
+            metrics = _clip_fractions(inputs.mask, clip.high, clip.low, either=clip.clipped)
         return Term(values, coef, metrics)
 
     return term
@@ -312,14 +286,14 @@ def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
     Defaults ε_l = ε_h = 0.2 are verl's ``ActorConfig`` defaults; the MiniMax-M1 paper effectively
     disables the lower bound and tunes ε_h. Default aggregation ``token-mean``.
     """
-    _check_clip_range("cispo", clip_ratio_low, clip_ratio_high)
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="cispo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         with torch.no_grad():
             r = torch.exp(log_ratio.detach())  # (B, T)
-            coef = _weigh(r.clamp(1 - clip_ratio_low, 1 + clip_ratio_high), rho)
+            coef = _weigh(r.clamp(1 - low, 1 + high), rho)
         values = -(coef * inputs.adv) * inputs.logp  # (B, T)
-        return Term(values, coef, _clip_fractions(inputs.mask, r > 1 + clip_ratio_high, r < 1 - clip_ratio_low))
+        return Term(values, coef, _clip_fractions(inputs.mask, r > 1 + high, r < 1 - low))
 
     return term
 
@@ -329,8 +303,8 @@ def _sapo(tau_pos: float = 1.0, tau_neg: float = 1.05) -> TermFn:
 
     f'(r)·r = 4σ(1−σ)·r is the gradient coefficient (1 at r = 1). Default seq-mean-token-mean.
     """
-    if not (tau_pos > 0 and tau_neg > 0):
-        raise ValueError(f"SAPO temperatures must be positive, got tau_pos={tau_pos}, tau_neg={tau_neg}")
+    tau_pos = check_positive("tau_pos", tau_pos, what="sapo")  # finite: an infinite τ makes 4/τ·σ(·) 0·NaN
+    tau_neg = check_positive("tau_neg", tau_neg, what="sapo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv = inputs.adv
@@ -355,13 +329,13 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
     GMPO is sequence-level by construction: only ``seq-mean-token-mean`` is accepted. Rollout weights
     enter as their per-sequence geometric mean, as in verl.
     """
-    _check_clip_range("gmpo", clip_ratio_low, clip_ratio_high)
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="gmpo", log_space=True)
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, m = inputs.adv, inputs.mask
         d = inputs.logp - inputs.old_logp  # (B, T), not clamped
         sgn = torch.sign(adv)
-        d_min = sgn * torch.minimum(sgn * d, sgn * d.clamp(-clip_ratio_low, clip_ratio_high))
+        d_min = sgn * torch.minimum(sgn * d, sgn * d.clamp(-low, high))
         n_tok = m.sum(dim=-1).clamp(min=1)  # (B,)
         ratio = torch.exp((d_min * m).sum(dim=-1) / n_tok)  # (B,)
         seq_adv = (adv * m).sum(dim=-1) / n_tok  # (B,)
@@ -369,10 +343,10 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
         rho_seq = None if rlr is None else torch.exp((rlr * m).sum(dim=-1) / n_tok)  # (B,)
         per_seq = _weigh(-seq_adv * ratio, rho_seq)  # (B,)
         with torch.no_grad():
-            high, low = _clip_cuts(d.detach(), adv, -clip_ratio_low, clip_ratio_high)
-            active = (~(high | low)).to(m.dtype)
+            cut_high, cut_low = (adv > 0) & (d.detach() > high), (adv < 0) & (d.detach() < -low)
+            active = (~(cut_high | cut_low)).to(m.dtype)
             coef = _weigh(ratio.detach().unsqueeze(-1) * active, None if rho_seq is None else rho_seq.unsqueeze(-1))
-        return Term(per_seq, coef, _clip_fractions(m, high, low))
+        return Term(per_seq, coef, _clip_fractions(m, cut_high, cut_low))
 
     return term
 
@@ -380,6 +354,31 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
 # --------------------------------------------------------------------------------------------------
 # Staleness corrections (respo.core.corrections): a factory checks the hyperparameters
 # --------------------------------------------------------------------------------------------------
+
+
+#: Arguments of a correction function that are tensors or call options, not hyperparameters.
+_CALL_ARGS = ("log_rho", "groups", "prox_logp")
+
+
+def _hyperparameters_of(fn: Callable) -> Callable[[Callable[..., TermFn]], Callable[..., TermFn]]:
+    """Give a correction's factory the hyperparameters of its function in ``corrections`` (the keyword-only
+    arguments but ``_CALL_ARGS``), with that function's defaults: the published defaults are written once,
+    where the formula is. Unset ones are filled in before the factory runs."""
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind is p.KEYWORD_ONLY and p.name not in _CALL_ARGS]  # fmt: skip
+    sig = inspect.Signature(params)
+
+    def decorate(factory: Callable[..., TermFn]) -> Callable[..., TermFn]:
+        @functools.wraps(factory)
+        def with_defaults(**hparams) -> TermFn:
+            bound = sig.bind(**hparams)
+            bound.apply_defaults()
+            return factory(**bound.arguments)
+
+        with_defaults.__signature__ = sig  # type: ignore[attr-defined]
+        return with_defaults
+
+    return decorate
 
 
 def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Correction"]) -> TermFn:
@@ -396,7 +395,8 @@ def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Corre
     return term
 
 
-def _tis(level: str = "sequence", cap: float = 2.0) -> TermFn:
+@_hyperparameters_of(corrections.tis)
+def _tis(*, level: str, cap: float) -> TermFn:
     """TIS: ℓ = −sg(min(w, C))·Â·logp with w = π_θ/π_old·ρ per token or per sequence (W_i on every token).
 
     REINFORCE-shaped, as verl's bypass mode with ``loss_type="reinforce"``; defaults are verl's
@@ -409,7 +409,8 @@ def _tis(level: str = "sequence", cap: float = 2.0) -> TermFn:
                                                              log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
-def _mis(level: str = "sequence", lo: float = 0.0, hi: float = 3.0) -> TermFn:
+@_hyperparameters_of(corrections.mis)
+def _mis(*, level: str, lo: float, hi: float) -> TermFn:
     """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced.
 
     Defaults are TRL's ``vllm_importance_sampling_mode="sequence_mask"`` with ``clip_max=3.0`` (no lower
@@ -421,7 +422,8 @@ def _mis(level: str = "sequence", lo: float = 0.0, hi: float = 3.0) -> TermFn:
                                                              log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
-def _icepop(lo: float = 0.5, hi: float = 5.0) -> TermFn:
+@_hyperparameters_of(corrections.icepop)
+def _icepop(*, lo: float, hi: float) -> TermFn:
     """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp with [α, β] = [0.5, 5] (verl's
     ``bypass_pg_token_icepop``)."""
     lo, hi = corrections.check_band(lo, hi, what="icepop")
@@ -429,7 +431,8 @@ def _icepop(lo: float = 0.5, hi: float = 5.0) -> TermFn:
                                                                    log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
-def _m2po(tau: float = 0.04) -> TermFn:
+@_hyperparameters_of(corrections.m2po)
+def _m2po(*, tau: float) -> TermFn:
     """M2PO: ℓ = −M_it·r_it·Â_it (gradient through r = π_θ/π_old·ρ), M drops the tokens with the largest
     (log r)² until the mean (log r)² of the kept tokens of the batch is below τ (AReaL ``m2_threshold``).
 
@@ -440,8 +443,9 @@ def _m2po(tau: float = 0.04) -> TermFn:
                                                                log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
 
 
-def _decoupled(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: Optional[float] = None,
-               cap: float = 5.0, cap_mode: str = "mask") -> TermFn:  # fmt: skip
+@_hyperparameters_of(corrections.decoupled)
+def _decoupled(*, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float], cap: float,
+               cap_mode: str) -> TermFn:  # fmt: skip
     """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old·ρ masked above C (``cap_mode="mask"``,
     AReaL's ``behav_imp_weight_cap``) or truncated at C (``"truncate"``, verl's decoupled mode).
 
@@ -457,8 +461,8 @@ def _decoupled(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_r
         clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
-def _opsm(delta: float = 0.5, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-          clip_ratio_c: Optional[float] = None) -> TermFn:  # fmt: skip
+@_hyperparameters_of(corrections.opsm)
+def _opsm(*, delta: float, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float]) -> TermFn:
     """OPSM (DeepSeek-V3.2): ℓ = K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 whose mean per-token
     KL_i = mean_t(log π_old − log π_θ − log ρ) exceeds δ (TRL ``off_policy_mask_threshold``).
 
@@ -507,6 +511,10 @@ _TABLE: Dict[str, _Entry] = {
 }
 
 
+#: The factories whose term is a ``SequenceWeightTerm`` (two kernels, REINFORCE-shaped).
+_SEQUENCE_WEIGHT_FACTORIES = (_respo, _vespo, _reshaped, _topr, _reinforce)
+
+
 class UnknownObjectiveError(ValueError):
     """``name`` is not an objective; ``valid`` lists the objectives."""
 
@@ -531,16 +539,14 @@ def _entry(name: str) -> _Entry:
         raise UnknownObjectiveError(name, sorted(_TABLE)) from None
 
 
+def _defaults(entry: _Entry) -> Dict[str, object]:
+    """The hyperparameters of ``entry``'s factory with their published defaults."""
+    return {p.name: p.default for p in inspect.signature(entry.factory).parameters.values()}
+
+
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
-    return {p.name: p.default for p in inspect.signature(_entry(name).factory).parameters.values()}
-
-
-def _check_names(name: str, hparams: Mapping[str, object]) -> None:
-    valid = hyperparameters(name)
-    unknown = sorted(set(hparams) - set(valid))
-    if unknown:
-        raise UnknownHyperparameterError(name, unknown, valid)
+    return _defaults(_entry(name))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -571,7 +577,7 @@ class Objective:
     @property
     def hyperparameters(self) -> Dict[str, object]:
         """Hyperparameter names of this objective with their published defaults."""
-        return hyperparameters(self.name)
+        return _defaults(_TABLE[self.name])
 
     def agg_mode(self, loss_agg_mode: Optional[str] = None) -> str:
         """The aggregation ``loss_agg_mode`` names, or the objective's default when None/empty (checked)."""
@@ -658,8 +664,15 @@ def build_objective(name: str, *, loss_agg_mode: Optional[str] = None, **hparams
       ValueError: an unknown name or hyperparameter (the message lists the valid ones; the errors are
         ``UnknownObjectiveError`` and ``UnknownHyperparameterError``), a bad value or aggregation.
     """
-    entry = _entry(name)
-    _check_names(name, hparams)
+    return _build(name, _entry(name), loss_agg_mode, hparams)
+
+
+def _build(name: str, entry: _Entry, loss_agg_mode: Optional[str], hparams: Mapping[str, object]) -> Objective:
+    """``build_objective`` with the table entry already looked up (once per build)."""
+    valid = _defaults(entry)
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        raise UnknownHyperparameterError(name, unknown, valid)
     objective = Objective(name, entry.factory(**hparams), entry.default_agg, entry.per_sequence, entry.default_agg,
                           entry.inputs, entry.optional_inputs)  # fmt: skip
     mode = objective.agg_mode(loss_agg_mode)
@@ -673,10 +686,11 @@ def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
     ``reshaped`` use (their factories); integrations that aggregate with their framework's own code
     (verl) call it too.
     """
-    known = [k for k, entry in _TABLE.items() if isinstance(entry.factory(), SequenceWeightTerm)]
-    if name not in known:
+    objective = build_objective(name, **hparams)
+    if objective.kernels is None:
+        known = [k for k, entry in _TABLE.items() if entry.factory in _SEQUENCE_WEIGHT_FACTORIES]
         raise ValueError(f"{name!r} is not a sequence-weight objective; known: {', '.join(known)}")
-    return build_objective(name, **hparams).kernels
+    return objective.kernels
 
 
 def policy_loss(
@@ -720,7 +734,7 @@ def policy_loss(
     entry = _entry(name)
     call_names = set(COMMON_KWARGS) | set(entry.inputs) | set(entry.optional_inputs)
     hparams = {k: kwargs.pop(k) for k in list(kwargs) if k not in call_names}
-    objective = build_objective(name, loss_agg_mode=loss_agg_mode, **hparams)
+    objective = _build(name, entry, loss_agg_mode, hparams)
     return objective(logp, old_logp, advantages, mask, **kwargs)
 
 
