@@ -95,6 +95,8 @@ def check_inputs(
     _check_float("logp", logp)
     _check_float("old_logp", old_logp)
     _check_float("advantages", advantages)
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor (B, T), got {type(mask).__name__}")
     if logp.dim() != 2:
         raise ValueError(f"logp must have shape (B, T), got {tuple(logp.shape)}")
     if old_logp.shape != logp.shape:

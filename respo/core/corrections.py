@@ -77,6 +77,7 @@ import torch
 
 from respo.core.checks import (LEVELS, check_band, check_cap, check_choice, check_clip, check_level,  # noqa: F401
                                check_number, check_positive)  # fmt: skip
+from respo.core.diagnostics import stat_dtype
 from respo.core.ratios import LOG_W_CLAMP, ppo_clip
 
 CAP_MODES = ("mask", "truncate")
@@ -308,7 +309,7 @@ def chi2(log_w: torch.Tensor, mask: torch.Tensor) -> Metrics:
         chi2_token = Σ_it m·w_it² / Σ m − 1,     w_it = exp(clamp(log w_it, ±20))
         chi2_seq   = mean over non-empty rows of W_i² − 1,   W_i = exp(clamp(Σ_t m log w_it, ±20))
     """
-    log_w = log_w.detach()
+    log_w = log_w.detach().to(stat_dtype(log_w.dtype))
     m = mask.to(log_w.dtype)
     valid = m > 0
     zero = torch.zeros((), dtype=log_w.dtype, device=log_w.device)
@@ -331,7 +332,7 @@ def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Ten
       adv: (B, 1) or (B, T) advantages; seq_adv: (B,) the row's advantage (its sign splits pos/neg).
       mask: (B, T) 0/1.
     """
-    dtype = log_w.dtype
+    dtype = stat_dtype(log_w.dtype)
     m = mask.to(dtype)
     valid = m > 0
     rows = valid.any(dim=-1)  # (B,)

@@ -87,9 +87,10 @@ import torch
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
 from respo.core import corrections
 from respo.core.checks import LossInputs, check_clip, check_inputs, check_positive, check_row_groups
-from respo.core.diagnostics import weight_diagnostics
-from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
-                                truncated_kernel, two_branch, unit_kernel, vespo_kernel)  # fmt: skip
+from respo.core.diagnostics import stat_dtype, weight_diagnostics
+from respo.core.kernels import (RESPO_NEG, RESPO_PARAMS, RESPO_POS, VESPO_NEG, VESPO_PARAMS, VESPO_POS, Kernel,
+                                kernel_from_spec, kernel_params, respo_kernel, truncated_kernel, two_branch, unit_kernel,
+                                vespo_kernel)  # fmt: skip
 from respo.core.ratios import LOG_W_CLAMP, ppo_clip, sequence_log_ratio, token_log_ratio
 
 Metrics = Dict[str, torch.Tensor]
@@ -153,7 +154,8 @@ def _weigh(x: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:
 
 def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Fraction of valid tokens where cond holds (verl's masked_mean of a 0/1 tensor)."""
-    return (cond.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
+    m = mask.to(stat_dtype(mask.dtype))
+    return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
 
 
 def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Metrics:
@@ -204,14 +206,21 @@ def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
 def _respo(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float, float] = RESPO_NEG) -> TermFn:
     """ReSPO: L = −agg[φ_i Â_it logp_it] with φ⁺ = ReSPO(pos), φ⁻ = ReSPO(neg), (α, β, λ) per branch.
 
+    Each branch is exactly three numbers (α, β, λ), by position or by name ({"alpha", "beta", "lambda"}).
+
     Defaults are the published (2, 0.5, 2) for Â ≥ 0 and (1, 0.5, 2) for Â < 0, i.e.
     φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)). Default aggregation ``token-mean``.
     """
+    pos, neg = (kernel_params(v, RESPO_PARAMS, param=n, what="respo") for n, v in (("pos", pos), ("neg", neg)))
     return SequenceWeightTerm(respo_kernel(*pos), respo_kernel(*neg))
 
 
 def _vespo(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESPO_NEG) -> TermFn:
-    """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0."""
+    """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0.
+
+    Each branch is exactly two numbers (k, λ), by position or by name ({"k", "lambda"}).
+    """
+    pos, neg = (kernel_params(v, VESPO_PARAMS, param=n, what="vespo") for n, v in (("pos", pos), ("neg", neg)))
     return SequenceWeightTerm(vespo_kernel(*pos), vespo_kernel(*neg))
 
 
@@ -632,11 +641,12 @@ class Objective:
                 term.values, inputs.mask, mode,
                 global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
             )  # fmt: skip
+        count = stat_dtype(inputs.mask.dtype)  # counts and diagnostics in float32 for half inputs
         metrics: Metrics = {
             "loss": loss.detach(),
-            "bad_rows/nonfinite": inputs.n_nonfinite,
-            "bad_rows/empty": inputs.n_empty,
-            "n_tokens": inputs.mask.sum(),
+            "bad_rows/nonfinite": inputs.n_nonfinite.to(count),
+            "bad_rows/empty": inputs.n_empty.to(count),
+            "n_tokens": inputs.mask.to(count).sum(),
         }
         if diagnostics:
             log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
