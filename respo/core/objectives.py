@@ -98,6 +98,7 @@ LossFn = Callable[..., Tuple[torch.Tensor, Metrics]]
 
 TOKEN_MEAN = "token-mean"
 SEQ_MEAN = "seq-mean-token-mean"
+SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
 GSPO_LOG_S_MAX = 10.0  # verl clamps the token-form log s_it above at 10
 
 
@@ -156,6 +157,12 @@ def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Fraction of valid tokens where cond holds (verl's masked_mean of a 0/1 tensor)."""
     m = mask.to(stat_dtype(mask.dtype))
     return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
+
+
+def _check_bool(name: str, value, *, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what}: {name} must be true or false, got {value!r}")
+    return value
 
 
 def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Metrics:
@@ -273,12 +280,19 @@ def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn
     Coefficient c_it = s_i where not clipped (Â > 0: s ≤ 1+ε_h; Â < 0: s ≥ 1−ε_l), else 0.
     """
     low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="gspo")
+    return _sequence_ratio_clip(low, high, GSPO_LOG_S_MAX)
+
+
+def _sequence_ratio_clip(low: float, high: float, log_s_max: Optional[float]) -> TermFn:
+    """The token form of the PPO clip on the length-normalised sequence ratio (GSPO's and LUSPO's term):
+    log s_it = logp_it − sg(logp_it) + sg(log s_i), clamped above at ``log_s_max`` when set."""
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, logp = inputs.adv, inputs.logp
         with torch.no_grad():
             log_s = sequence_log_ratio(logp.detach(), inputs.old_logp, inputs.mask, length_normalize=True)  # (B,)
-        s = torch.exp((logp - logp.detach() + log_s.unsqueeze(-1)).clamp(max=GSPO_LOG_S_MAX))  # (B, T)
+        log_s_it = logp - logp.detach() + log_s.unsqueeze(-1)  # (B, T)
+        s = torch.exp(log_s_it if log_s_max is None else log_s_it.clamp(max=log_s_max))  # (B, T)
         clip = ppo_clip(adv, s, low, high)
         values = _weigh(clip.loss, rho)
         with torch.no_grad():
@@ -287,6 +301,20 @@ def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn
         return Term(values, coef, metrics)
 
     return term
+
+
+def _luspo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
+    """LUSPO (length-unbiased sequence policy optimization, TRL ``loss_type="luspo"``): GSPO's clip of the
+    sequence ratio s_i = exp(mean_t log r_it) with each sequence's loss scaled by its length,
+
+        L = (1/N_seq)·Σ_i T_i·max(−s_i·Â_i, −clip(s_i, 1−ε_l, 1+ε_h)·Â_i)
+
+    i.e. the token form ℓ_it = max(−s_it·Â, −clip(s_it)·Â) aggregated ``seq-mean-token-sum`` (the default),
+    so ∇L = −(1/N_seq)·Σ_i s_i·Â_i·Σ_t ∇logp_it for an unclipped row: no 1/T_i. Defaults ε_l = ε_h = 0.2
+    are TRL's ``epsilon``; s is not clamped above (TRL does not clamp it; log s is within ±20).
+    """
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="luspo")
+    return _sequence_ratio_clip(low, high, None)
 
 
 def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
@@ -366,7 +394,7 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
 
 
 #: Arguments of a correction function that are tensors or call options, not hyperparameters.
-_CALL_ARGS = ("log_rho", "groups", "prox_logp")
+_CALL_ARGS = ("log_rho", "groups", "prox_logp", "staleness")
 
 
 def _hyperparameters_of(fn: Callable) -> Callable[[Callable[..., TermFn]], Callable[..., TermFn]]:
@@ -405,30 +433,37 @@ def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Corre
 
 
 @_hyperparameters_of(corrections.tis)
-def _tis(*, level: str, cap: float) -> TermFn:
+def _tis(*, level: str, cap: float, batch_normalize: bool) -> TermFn:
     """TIS: ℓ = −sg(min(w, C))·Â·logp with w = π_θ/π_old·ρ per token or per sequence (W_i on every token).
 
     REINFORCE-shaped, as verl's bypass mode with ``loss_type="reinforce"``; defaults are verl's
     ``rollout_is="sequence"``, ``rollout_is_threshold=2.0`` (its ``bypass_pg_is`` preset).
     Metrics ``corr/trunc_frac`` (/pos, /neg): the share of sequences (tokens) whose weight the cap cut.
+    ``batch_normalize``: divide the truncated weights by their batch mean (verl's
+    ``rollout_is_batch_normalize``; within each of ``row_groups``, so not micro-batch invariant).
     """
     level = corrections.check_level(level, what="tis")
     cap = corrections.check_cap(cap, what="tis")
+    norm = _check_bool("batch_normalize", batch_normalize, what="tis")
     return _correction_term("tis", lambda i: corrections.tis(i.logp, i.old_logp, i.adv, i.mask, level=level, cap=cap,
-                                                             log_rho=i.rollout_log_ratio))  # fmt: skip
+                                                             batch_normalize=norm, log_rho=i.rollout_log_ratio,
+                                                             groups=i.row_groups))  # fmt: skip
 
 
 @_hyperparameters_of(corrections.mis)
-def _mis(*, level: str, lo: float, hi: float) -> TermFn:
+def _mis(*, level: str, lo: float, hi: float, batch_normalize: bool) -> TermFn:
     """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced.
 
     Defaults are TRL's ``vllm_importance_sampling_mode="sequence_mask"`` with ``clip_max=3.0`` (no lower
     bound); verl's Seq-MIS preset uses [0.5, 2]. Metrics ``corr/mask_frac``, ``corr/silenced_adv_share/pos``, ...
+    ``batch_normalize``: divide the weights by their batch mean, as ``tis``.
     """
     level = corrections.check_level(level, what="mis")
     lo, hi = corrections.check_band(lo, hi, what="mis")
+    norm = _check_bool("batch_normalize", batch_normalize, what="mis")
     return _correction_term("mis", lambda i: corrections.mis(i.logp, i.old_logp, i.adv, i.mask, level=level, lo=lo, hi=hi,
-                                                             log_rho=i.rollout_log_ratio))  # fmt: skip
+                                                             batch_normalize=norm, log_rho=i.rollout_log_ratio,
+                                                             groups=i.row_groups))  # fmt: skip
 
 
 @_hyperparameters_of(corrections.icepop)
@@ -454,20 +489,27 @@ def _m2po(*, tau: float) -> TermFn:
 
 @_hyperparameters_of(corrections.decoupled)
 def _decoupled(*, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float], cap: float,
-               cap_mode: str) -> TermFn:  # fmt: skip
+               cap_mode: str, prox_method: str) -> TermFn:  # fmt: skip
     """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old·ρ masked above C (``cap_mode="mask"``,
     AReaL's ``behav_imp_weight_cap``) or truncated at C (``"truncate"``, verl's decoupled mode).
 
     ``prox_logp`` (B, T), optional: the proximal policy's log-probs (the policy at the start of the
     update). Left out, π_prox is the current policy (logp detached): exact when a batch gets one
     optimizer step, as in respo's trainer, where r = 1 and ∇L = −agg[b·Â·∇logp].
+
+    ``prox_method="loglinear"``: AReaL's log-linear proximal policy instead, log π_prox = log π_old +
+    α·(log π_θ − log π_old), α = clamp((s − 1)/s, 0, 1), from the per-token ``staleness`` s (B, T), the
+    updates since the token was sampled (no proximal forward); a ``prox_logp`` passed too is compared
+    with it (``prox/abs_error``, ``prox/weight_error``).
     """
     low, high, c = corrections.check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="decoupled")
     cap = corrections.check_cap(cap, what="decoupled")
     mode = corrections.check_cap_mode(cap_mode, what="decoupled")
+    method = corrections.check_choice("prox_method", prox_method, corrections.PROX_METHODS, what="decoupled")
     return _correction_term("decoupled", lambda i: corrections.decoupled(
         i.logp, i.old_logp, i.adv, i.mask, prox_logp=i.extra.get("prox_logp"), clip_ratio_low=low,
-        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, log_rho=i.rollout_log_ratio))  # fmt: skip
+        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, prox_method=method, log_rho=i.rollout_log_ratio,
+        staleness=i.extra.get("staleness")))  # fmt: skip
 
 
 @_hyperparameters_of(corrections.opsm)
@@ -482,6 +524,123 @@ def _opsm(*, delta: float, clip_ratio_low: float, clip_ratio_high: float, clip_r
     return _correction_term("opsm", lambda i: corrections.opsm(
         i.logp, i.old_logp, i.adv, i.seq_adv, i.mask, delta=delta, clip_ratio_low=low, clip_ratio_high=high,
         clip_ratio_c=c, log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+@_hyperparameters_of(corrections.dppo_tv)
+def _dppo_tv(*, delta_low: float, delta_high: float, cap: float) -> TermFn:
+    """DPPO-Binary-TV (arXiv 2602.04879; verl ``dppo_tv``): ℓ = −M_it·sg(min(r, C))·ρ·Â·logp with
+    M_it = 0 where the sampled token's probability moved past δ in the direction the advantage pushes:
+    Â > 0 and π_θ − π_old > δ_h, or Â ≤ 0 and π_θ − π_old < −δ_l (probabilities, not the ratio).
+
+    Defaults δ_l = δ_h = 0.15 and C = 10⁴ (a truncation kept out of the way, the paper's advice) are
+    verl's DPPO recipe (``examples/dppo_trainer``: ``clip_ratio_low/high`` 0.15, ``clip_ratio_c`` 10000).
+    """
+    return _dppo("dppo_tv", corrections.dppo_tv, delta_low, delta_high, cap)
+
+
+@_hyperparameters_of(corrections.dppo_kl)
+def _dppo_kl(*, delta_low: float, delta_high: float, cap: float) -> TermFn:
+    """DPPO-Binary-KL (verl ``dppo_kl``): ``dppo_tv`` with the binary KL of the sampled token,
+    D = q·log(q/p) + (1 − q)·log((1 − q)/(1 − p)), p = π_θ, q = π_old: M_it = 0 where D > δ and the
+    probability moved in the advantage's direction. Defaults δ = 0.05 and C = 10⁴ (verl's DPPO recipe).
+    """
+    return _dppo("dppo_kl", corrections.dppo_kl, delta_low, delta_high, cap)
+
+
+def _dppo(name: str, fn: Callable, delta_low, delta_high, cap) -> TermFn:
+    lo = corrections.check_positive("delta_low", delta_low, what=name, allow_zero=True)
+    hi = corrections.check_positive("delta_high", delta_high, what=name, allow_zero=True)
+    cap = corrections.check_cap(cap, what=name)
+    return _correction_term(name, lambda i: fn(i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, cap=cap,
+                                               log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+#: The extra per-token inputs any objective reads (a composed objective passes its base's on).
+_EXTRA_INPUTS = ("prox_logp", "staleness")
+
+
+def _klrs(estimator: str = "k3", agg: str = "mean", threshold: float = 0.01, lower: Optional[float] = None,
+          veto: Optional[float] = None, base: str = "reinforce", base_kwargs: Optional[Mapping[str, object]] = None,
+          ) -> TermFn:  # fmt: skip
+    """KL-estimator rejection (verl's ``rollout_rs`` modes) composed with any objective ``base``.
+
+        s_it = k1: −log w | k2: (log w)²/2 | k3: w − 1 − log w,   log w = logp − old_logp (+ log ρ)
+        S = s_it (agg="token") or the row's mean, sum or max of s;  reject where S > threshold (k1: outside
+        [log lower, log threshold], the bounds being ratios, lower = 1/threshold by default), and every
+        token of a row with a token whose w < ``veto`` (the token-level veto of outliers; None: off)
+
+    The rejected tokens leave ``base``'s objective (its log W, its clip, its mask) and carry no loss or
+    gradient; the aggregation still counts them (a rejection is a weight of 0, as in ``mis``). Defaults:
+    verl's K3 preset (``seq_mean_k3``, threshold 0.01) on REINFORCE, verl's bypass mode with
+    ``loss_type="reinforce"``. ``base``/``base_kwargs``: any objective and its hyperparameters; its default
+    aggregation and extra inputs become this objective's. Metrics ``rs/masked_tokens``, ``rs/masked_seqs``,
+    ``rs/mask_frac/pos|neg``, ``rs/silenced_adv_share/pos|neg``, ``rs/kept_low_w_mass_share/pos|neg``.
+    """
+    what = "klrs"
+    est = corrections.check_choice("estimator", estimator, corrections.KL_ESTIMATORS, what=what)
+    agg = corrections.check_choice("agg", agg, corrections.KL_AGGS, what=what)
+    if est == "k1" and agg == "max":
+        raise ValueError("klrs: agg='max' is for k2 and k3 (a k1 maximum is not a divergence bound, as in verl)")
+    threshold = corrections.check_cap(threshold, what=what, name="threshold")
+    lower = None if lower is None else corrections.check_cap(lower, what=what, name="lower")
+    if lower is not None and (est != "k1" or not lower <= threshold):
+        raise ValueError(f"klrs: lower is a ratio bound of k1, <= threshold; got lower={lower} with estimator={est!r}, "
+                         f"threshold={threshold}")  # fmt: skip
+    veto = None if veto is None else corrections.check_cap(veto, what=what, name="veto")
+    if base == "klrs" or not isinstance(base, str):
+        raise ValueError(f"klrs: base must be the name of another objective, got {base!r}")
+    if base_kwargs is not None and not isinstance(base_kwargs, Mapping):
+        raise ValueError(f"klrs: base_kwargs must be a mapping of {base!r}'s hyperparameters, got {base_kwargs!r}")
+    inner = _build(base, _entry(base), None, dict(base_kwargs or {}))
+    keep_fn = functools.partial(corrections.kl_reject_keep, estimator=est, agg=agg, threshold=threshold, lower=lower,
+                                veto=veto)  # fmt: skip
+    return RejectionTerm(inner, keep_fn)
+
+
+@dataclass(frozen=True)
+class RejectionTerm:
+    """A rejection composed with a base objective's term: the kept tokens go to ``base``, the rest are
+    silenced (see ``_klrs``). Carries the base's default aggregation and extra inputs."""
+
+    base: "Objective"
+    keep: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (log_w (B, T), mask (B, T)) -> keep (B, T) bool
+
+    @property
+    def default_agg(self) -> str:
+        return self.base.default_agg
+
+    @property
+    def per_sequence(self) -> bool:
+        return self.base.per_sequence
+
+    @property
+    def inputs(self) -> Tuple[str, ...]:
+        return self.base.inputs
+
+    @property
+    def optional_inputs(self) -> Tuple[str, ...]:
+        return self.base.optional_inputs
+
+    def __call__(self, inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        with torch.no_grad():
+            log_w = corrections.token_log_weight(inputs.logp, inputs.old_logp, inputs.mask, inputs.rollout_log_ratio)
+            keep = self.keep(log_w, inputs.mask)  # (B, T) bool, within the mask
+            k = keep.to(inputs.mask.dtype)
+        kept = dataclasses.replace(inputs, mask=inputs.mask * k)
+        t = self.base.term(kept, log_ratio, rho)
+        if self.per_sequence:  # (B,) values: a row keeps its loss while it keeps a token
+            row = keep.any(dim=-1).to(t.values.dtype)
+            values, coef = t.values * row, t.coef * (row if t.coef.dim() == 1 else row.unsqueeze(-1))
+        else:  # a per-row coefficient (a sequence-weight base's φ_i) is spread over the row's kept tokens
+            values = torch.where(keep, t.values, torch.zeros_like(t.values))
+            coef = (t.coef.unsqueeze(-1) if t.coef.dim() == 1 else t.coef) * k
+        with torch.no_grad():
+            valid = inputs.mask > 0
+            corr = corrections.Correction(values, coef, torch.zeros_like(keep), valid & ~keep, "token", {})
+            coef_tok = coef if coef.dim() == 2 else coef.unsqueeze(-1).expand_as(log_w)
+            corr = dataclasses.replace(corr, coef=coef_tok)
+            diag = corrections.correction_diagnostics(corr, log_w, inputs.adv, inputs.seq_adv, inputs.mask, prefix="rs/")
+        return Term(values, coef, {**t.metrics, **diag})  # log W of the whole batch in the diagnostics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -515,8 +674,12 @@ _TABLE: Dict[str, _Entry] = {
     "mis": _Entry(_mis),
     "icepop": _Entry(_icepop),
     "m2po": _Entry(_m2po),
-    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp",)),
+    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp", "staleness")),
     "opsm": _Entry(_opsm),
+    "dppo_tv": _Entry(_dppo_tv),
+    "dppo_kl": _Entry(_dppo_kl),
+    "luspo": _Entry(_luspo, default_agg=SEQ_MEAN_TOKEN_SUM),
+    "klrs": _Entry(_klrs, optional_inputs=_EXTRA_INPUTS),
 }
 
 
@@ -683,8 +846,11 @@ def _build(name: str, entry: _Entry, loss_agg_mode: Optional[str], hparams: Mapp
     unknown = sorted(set(hparams) - set(valid))
     if unknown:
         raise UnknownHyperparameterError(name, unknown, valid)
-    objective = Objective(name, entry.factory(**hparams), entry.default_agg, entry.per_sequence, entry.default_agg,
-                          entry.inputs, entry.optional_inputs)  # fmt: skip
+    term = entry.factory(**hparams)
+    # a composed term (``RejectionTerm``) carries its base objective's aggregation and extra inputs
+    default_agg, per_sequence, inputs, optional = (getattr(term, k, getattr(entry, k)) for k in
+                                                   ("default_agg", "per_sequence", "inputs", "optional_inputs"))  # fmt: skip
+    objective = Objective(name, term, default_agg, per_sequence, default_agg, inputs, optional)
     mode = objective.agg_mode(loss_agg_mode)
     return objective if mode == objective.loss_agg_mode else dataclasses.replace(objective, loss_agg_mode=mode)
 
