@@ -313,3 +313,62 @@ def test_config_parses_from_the_command_line():
     assert args.loss_type == "dapo" and args.objective_hparams() == {}  # TRL's default loss stays TRL's
     args.loss_type = "respo"
     assert args.objective_hparams() == {"pos": (2.0, 0.25, 4.0), "neg": (1.0, 0.5, 2.0)}
+
+
+# ------------------------------------------------------------------------------------------------
+# LUSPO against TRL's own; DPPO, KL rejection and batch-normalised TIS, which TRL lacks, equal the core
+# ------------------------------------------------------------------------------------------------
+
+
+def test_respo_luspo_equals_trls_own_luspo(fp64_trainer, tokenizer):
+    # TRL's loss_type="luspo" with importance_sampling_level="sequence" (the paper's setup): GSPO's clip of
+    # exp(mean_t log r) times each sequence's length, mean over the B rows, / accumulation steps. respo's
+    # "respo_luspo" on the same inputs: seq-mean-token-sum over B·accum sequences. Value and gradient, 1e-6.
+    trainer = fp64_trainer
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=7)
+    trainer.model.zero_grad()
+    trl = _as(trainer, "luspo", None, {}, inputs, importance_sampling_level="sequence", epsilon_low=0.2, epsilon_high=0.2)
+    trl.backward()
+    trl_grad = trainer.model.lm_head.weight.grad.clone()
+    trainer.model.zero_grad()
+    ours = _as(trainer, "respo_luspo", "luspo", {}, inputs)
+    ours.backward()
+    assert objective_for("respo_luspo") == "luspo" and objective_for("luspo") is None  # TRL's own stays TRL's
+    assert abs(ours.item() - trl.item()) < 1e-6 * max(1.0, abs(trl.item())), (ours.item(), trl.item())
+    assert torch.allclose(trainer.model.lm_head.weight.grad, trl_grad, rtol=1e-6, atol=1e-9)
+    gspo = _as(trainer, "respo_gspo", "gspo", {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}, inputs)
+    assert abs(gspo.item() - ours.item()) > 1e-6  # the length scaling matters on these inputs
+
+
+@pytest.mark.parametrize("objective, hparams, key", [
+    ("dppo_tv", {"delta_low": 0.02, "delta_high": 0.02}, "corr/masked_tokens"),
+    ("dppo_kl", {"delta_low": 0.01, "delta_high": 0.01}, "corr/masked_tokens"),
+    ("klrs", {"agg": "token", "estimator": "k2", "threshold": 0.1, "base": "grpo"}, "rs/masked_tokens"),
+    ("tis", {"batch_normalize": True, "level": "token"}, "corr/batch_norm_factor"),
+])  # fmt: skip
+def test_objectives_trl_lacks_equal_the_core(fp64_trainer, tokenizer, objective, hparams, key):
+    trainer = fp64_trainer
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=8)
+    assert objective_for(objective) == objective
+    trainer.model.zero_grad()
+    loss = _as(trainer, objective, objective, hparams, inputs)
+    loss.backward()
+    grad = trainer.model.lm_head.weight.grad.clone()
+    trainer.model.zero_grad()
+    logp = reference_logp(trainer.model, inputs)
+    mask = inputs["completion_mask"].double()
+    core, metrics = respo.policy_loss(objective, logp, inputs["old_per_token_logps"], inputs["advantages"], mask,
+                                      global_tokens=37.0 * 2 / 4, global_seqs=4 * 2, **hparams)  # fmt: skip
+    core.backward()
+    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
+    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
+    if key != "corr/batch_norm_factor":
+        assert 0 < metrics[key].item() < 1  # the correction acts on these inputs
+    assert f"respo/{key}" in trainer._metrics["train"]
+
+
+def test_the_loglinear_proximal_policy_is_refused_in_trl(tmp_path):
+    with pytest.raises(ValueError, match="prox_method='loglinear' needs each token's policy version"):
+        config(tmp_path, loss_type="decoupled", respo_hparams={"prox_method": "loglinear"})
+    with pytest.raises(ValueError, match="prox_method='loglinear' needs each token's policy version"):
+        config(tmp_path, loss_type="klrs", respo_hparams={"base": "decoupled", "base_kwargs": {"prox_method": "loglinear"}})
