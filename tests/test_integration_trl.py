@@ -298,23 +298,6 @@ def test_respo_opsm_equals_trls_own_off_policy_masking(fp64_trainer, tokenizer):
     assert abs(ours.item() - unmasked.item()) > 1e-6  # δ drops a sequence on these inputs
 
 
-def test_config_parses_from_the_command_line():
-    # TRL's scripts parse configs with HfArgumentParser; respo's fields go through it.
-    from transformers import HfArgumentParser
-
-    (args,) = HfArgumentParser(RespoGRPOConfig).parse_args_into_dataclasses(
-        ["--output_dir", "/tmp/respo-cli", "--use_cpu", "true", "--loss_type", "reshaped",
-         "--respo_hparams", '{"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}']
-    )  # fmt: skip
-    assert args.objective_hparams() == {"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}
-    (args,) = HfArgumentParser(RespoGRPOConfig).parse_args_into_dataclasses(
-        ["--output_dir", "/tmp/respo-cli", "--use_cpu", "true", "--respo_pos", "2", "0.25", "4"]
-    )
-    assert args.loss_type == "dapo" and args.objective_hparams() == {}  # TRL's default loss stays TRL's
-    args.loss_type = "respo"
-    assert args.objective_hparams() == {"pos": (2.0, 0.25, 4.0), "neg": (1.0, 0.5, 2.0)}
-
-
 # ------------------------------------------------------------------------------------------------
 # LUSPO against TRL's own; DPPO, KL rejection and batch-normalised TIS, which TRL lacks, equal the core
 # ------------------------------------------------------------------------------------------------
@@ -372,3 +355,20 @@ def test_the_loglinear_proximal_policy_is_refused_in_trl(tmp_path):
         config(tmp_path, loss_type="decoupled", respo_hparams={"prox_method": "loglinear"})
     with pytest.raises(ValueError, match="prox_method='loglinear' needs each token's policy version"):
         config(tmp_path, loss_type="klrs", respo_hparams={"base": "decoupled", "base_kwargs": {"prox_method": "loglinear"}})
+
+
+def test_config_parses_from_the_command_line():
+    # TRL's scripts parse configs with HfArgumentParser; respo's fields go through it.
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser(RespoGRPOConfig).parse_args_into_dataclasses(
+        ["--output_dir", "/tmp/respo-cli", "--use_cpu", "true", "--loss_type", "reshaped",
+         "--respo_hparams", '{"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}']
+    )  # fmt: skip
+    assert args.objective_hparams() == {"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"}
+    (args,) = HfArgumentParser(RespoGRPOConfig).parse_args_into_dataclasses(
+        ["--output_dir", "/tmp/respo-cli", "--use_cpu", "true", "--respo_pos", "2", "0.25", "4"]
+    )
+    assert args.loss_type == "dapo" and args.objective_hparams() == {}  # TRL's default loss stays TRL's
+    args.loss_type = "respo"
+    assert args.objective_hparams() == {"pos": (2.0, 0.25, 4.0), "neg": (1.0, 0.5, 2.0)}
