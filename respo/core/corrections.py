@@ -1,4 +1,5 @@
-"""Staleness corrections the RL frameworks ship: TIS, MIS, IcePop, M2PO, decoupled PPO and OPSM.
+"""Staleness corrections the RL frameworks ship: TIS, MIS, IcePop, M2PO, decoupled PPO, OPSM, DPPO's
+binary TV/KL trust regions and rejection by KL estimators (docs/method.md gives their formulas and sources).
 
 Pure functions of tensors (torch only). Each correction turns the per-token log importance weight
 
@@ -27,6 +28,11 @@ Ratio-shaped corrections (the gradient flows through r = π_θ/π_·):
     opsm       ℓ = K_i·PPO(π_θ/π_old),  K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ, else 1
 
     PPO(r) = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â), and min(·, −c·Â) for Â < 0 when a dual clip c is set.
+
+    dppo_tv/kl ℓ = −M_it·sg(min(r, C))·ρ·Â·logp, M = ``dppo_keep`` (probability TV or binary KL past δ)
+    kl_reject_keep   the tokens a k1/k2/k3 estimate (per token, row mean/sum/max) and a veto keep
+    batch_normalize  (tis, mis) the weights divided by their batch mean (``batch_mean_weight``)
+    loglinear_prox_logp  AReaL's log π_prox ≈ log π_old + α(log π_θ − log π_old), α = clamp((s−1)/s, 0, 1)
 
 M2PO's selection is over the whole batch passed in, so it is NOT invariant to micro-batching:
 splitting a batch changes which tokens are masked (every other correction here decides per token

@@ -67,6 +67,13 @@ so ρ folds into the weight; docs/method.md gives sources, base objectives and t
     decoupled  b·PPO(π_θ/π_prox), b = π_prox/π_old masked (or truncated) above C; optional ``prox_logp``
                (default: the current policy, detached, i.e. one optimizer step per batch)
     opsm       K_i·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ
+    dppo_tv    −M·sg(min(r, C))·ρ·Â·logp, M drops tokens whose probability moved past δ along Â's push (verl)
+    dppo_kl    the same with the sampled token's binary KL
+    klrs       any ``base`` objective on the tokens a k1/k2/k3 KL estimate (per token, row mean, sum or max)
+               and a veto keep (verl ``rollout_rs``)
+    (tis and mis take ``batch_normalize``; decoupled takes AReaL's ``prox_method="loglinear"``)
+
+Newer sequence objective: ``luspo``, GSPO's clip with each sequence's loss times its length (TRL).
 
 References:
     ReSPO: Chen, Ban, Hsieh (2026), arXiv 2609.35433. VESPO: arXiv 2602.10693. GRPO: Shao et al.
