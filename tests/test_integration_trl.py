@@ -268,7 +268,17 @@ def test_m2po_and_decoupled_which_trl_lacks_equal_the_core(fp64_trainer, tokeniz
     # In TRL one optimizer step sees one accumulation window, so decoupled's π_prox is the current policy
     # (the core's default when prox_logp is left out). Same normaliser as the other respo losses (37·2/4).
     trainer = fp64_trainer
-    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=5)
+    loss, grad, core, metrics = _trainer_and_core(trainer, tokenizer, objective, hparams, seed=5)
+    assert 0 < metrics["corr/mask_frac"].item() < 1  # the correction silences some tokens here
+    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
+    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
+    assert "respo/corr/mask_frac" in trainer._metrics["train"]
+
+
+def _trainer_and_core(trainer, tokenizer, objective, hparams, seed, **core_kw):
+    """The trainer's loss for ``objective`` and its lm_head gradient, then the core's loss on a plain forward
+    (its gradient left in the model) with TRL's normaliser (37 tokens of the generation batch · 2/4)."""
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=seed)
     trainer.model.zero_grad()
     loss = _as(trainer, objective, objective, hparams, inputs)
     loss.backward()
@@ -277,12 +287,9 @@ def test_m2po_and_decoupled_which_trl_lacks_equal_the_core(fp64_trainer, tokeniz
     logp = reference_logp(trainer.model, inputs)
     mask = inputs["completion_mask"].double()
     core, metrics = respo.policy_loss(objective, logp, inputs["old_per_token_logps"], inputs["advantages"], mask,
-                                      global_tokens=37.0 * 2 / 4, **hparams)  # fmt: skip
+                                      global_tokens=37.0 * 2 / 4, **core_kw, **hparams)  # fmt: skip
     core.backward()
-    assert 0 < metrics["corr/mask_frac"].item() < 1  # the correction silences some tokens here
-    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
-    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
-    assert "respo/corr/mask_frac" in trainer._metrics["train"]
+    return loss, grad, core, metrics
 
 
 def test_respo_opsm_equals_trls_own_off_policy_masking(fp64_trainer, tokenizer):
@@ -331,18 +338,8 @@ def test_respo_luspo_equals_trls_own_luspo(fp64_trainer, tokenizer):
 ])  # fmt: skip
 def test_objectives_trl_lacks_equal_the_core(fp64_trainer, tokenizer, objective, hparams, key):
     trainer = fp64_trainer
-    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=8)
     assert objective_for(objective) == objective
-    trainer.model.zero_grad()
-    loss = _as(trainer, objective, objective, hparams, inputs)
-    loss.backward()
-    grad = trainer.model.lm_head.weight.grad.clone()
-    trainer.model.zero_grad()
-    logp = reference_logp(trainer.model, inputs)
-    mask = inputs["completion_mask"].double()
-    core, metrics = respo.policy_loss(objective, logp, inputs["old_per_token_logps"], inputs["advantages"], mask,
-                                      global_tokens=37.0 * 2 / 4, global_seqs=4 * 2, **hparams)  # fmt: skip
-    core.backward()
+    loss, grad, core, metrics = _trainer_and_core(trainer, tokenizer, objective, hparams, seed=8, global_seqs=4 * 2)
     assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
     assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
     if key != "corr/batch_norm_factor":
