@@ -1,17 +1,20 @@
-"""What decoupled PPO's proximal log-probs cost in the trainer, side by side, as JSON lines.
+"""What decoupled PPO's proximal log-probs cost in the trainer, side by side, as one JSON line.
 
 π_prox for an update is the policy at the start of that update. The trainer takes one optimizer step
 per mini-batch after every micro-batch's forward, so π_prox's log-probs are the training forward
-itself (``update_step`` hands them to the objective) and cost nothing. The alternative, a separate
-no-grad forward of the pre-update policy over the mini-batch where ``old_logp`` is recomputed
-(`recompute_logp`), is what this measures against:
+itself (``update_step`` hands them to the objective) and cost nothing. Frameworks that take several
+steps per batch need them from elsewhere: a separate no-grad forward of the pre-update policy
+(`recompute_logp`), or AReaL's log-linear approximation from the behaviour and current log-probs and
+each token's staleness (decoupled's ``prox_method="loglinear"``), which needs no forward. Three sides:
 
-    reuse       update_step(decoupled)                          (the trainer's path)
-    recompute   recompute_logp(model, batch) + update_step(decoupled)
+    reuse       update_step(decoupled)                                   (the trainer's path)
+    recompute   recompute_logp(model, batch) + update_step(decoupled)    (a separate proximal forward)
+    loglinear   update_step(decoupled, prox_method="loglinear")          (AReaL's approximation)
 
-Both sides are warmed up at full size, alternate in order, and each is the median of ``--repeats``
-timings (the model and optimizer are restored before every timed step). The line also records that
-the recomputed π_prox equals the training forward bitwise (so the extra forward buys nothing).
+Every side is warmed up at full size, the order rotates between repeats, and each is the median of
+``--repeats`` timings (the model and optimizer are restored before every timed step). The line also
+records that the recomputed π_prox equals the training forward bitwise, and how far the log-linear
+π_prox is from it at the batch's ``--staleness`` (its ``prox/abs_error``).
 
     python benchmarks/bench_prox.py                       # tiny-dense, 8 prompts x 8, 128 new tokens
     python benchmarks/bench_prox.py --prompts 4 --max-new-tokens 32 --repeats 5
@@ -57,14 +60,18 @@ def setup(args):
     return cfg, model, batch
 
 
-def timed_step(side: str, cfg, model, batch) -> float:
+def side_config(side: str, cfg):
+    return apply_overrides(cfg, {"objective_kwargs": {"prox_method": "loglinear"}}) if side == "loglinear" else cfg
+
+
+def timed_step(side: str, cfg, model, batch, version: int) -> tuple[float, dict]:
     m = copy.deepcopy(model)
     opt, sched = make_optimizer(m, cfg)
     start = time.perf_counter()
     if side == "recompute":
         recompute_logp(m, batch, cfg)  # the separate π_prox forward
-    update_step(m, opt, sched, batch, cfg)
-    return time.perf_counter() - start
+    metrics, _ = update_step(m, opt, sched, batch, cfg, version=version)
+    return time.perf_counter() - start, metrics
 
 
 def main() -> None:
@@ -77,6 +84,7 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--staleness", type=int, default=4, help="updates since the batch was sampled (AReaL's alpha = (s-1)/s)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg, model, batch = setup(args)
@@ -88,20 +96,29 @@ def main() -> None:
     recomputed = recompute_logp(model, batch, cfg)[:, : forward.shape[1]]
     same = bool(torch.equal(recomputed, forward.cpu() * batch.mask[:, : forward.shape[1]]))
 
-    sides = ("reuse", "recompute")
+    sides = ("reuse", "recompute", "loglinear")
+    cfgs = {side: side_config(side, cfg) for side in sides}
+    version = int(batch.version.max()) + args.staleness  # the learner's version: every row `staleness` behind
     for side in sides:  # warm-up at full size
-        timed_step(side, cfg, model, batch)
+        timed_step(side, cfgs[side], model, batch, version)
     times = {s: [] for s in sides}
+    error = None
     for r in range(args.repeats):
-        for side in sides if r % 2 == 0 else sides[::-1]:  # alternating order
-            times[side].append(timed_step(side, cfg, model, batch))
+        for side in sides[r % 3:] + sides[: r % 3]:  # the order rotates
+            seconds, metrics = timed_step(side, cfgs[side], model, batch, version)
+            times[side].append(seconds)
+            if side == "loglinear":
+                error = float(metrics["prox/abs_error"])  # |log π_prox − its approximation|, mean over tokens
     med = {s: statistics.median(v) for s, v in times.items()}
     print(json.dumps({
         "bench": "prox_logp", "preset": args.preset, "sequences": int(batch.mask.shape[0]),
         "tokens": int(batch.mask.sum()), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-        "reuse_s": round(med["reuse"], 4), "recompute_s": round(med["recompute"], 4),
+        "staleness": args.staleness, "reuse_s": round(med["reuse"], 4), "recompute_s": round(med["recompute"], 4),
+        "loglinear_s": round(med["loglinear"], 4),
+        "recompute_over_loglinear": round(med["recompute"] / med["loglinear"], 3),
         "recompute_over_reuse": round(med["recompute"] / med["reuse"], 3),
-        "recomputed_equals_training_forward": same,
+        "loglinear_over_reuse": round(med["loglinear"] / med["reuse"], 3),
+        "recomputed_equals_training_forward": same, "loglinear_prox_abs_error": round(error, 6),
     }))
 
 

@@ -463,12 +463,14 @@ NAMES = ("tis", "mis", "icepop", "m2po", "decoupled", "opsm")
 def test_hyperparameters_know_every_correction_with_its_published_default():
     from respo import hyperparameters
 
-    assert hyperparameters("tis") == {"level": "sequence", "cap": 2.0}  # verl rollout_correction defaults
-    assert hyperparameters("mis") == {"level": "sequence", "lo": 0.0, "hi": 3.0}  # TRL sequence_mask, clip_max 3
+    # verl rollout_correction defaults (rollout_is_batch_normalize off)
+    assert hyperparameters("tis") == {"level": "sequence", "cap": 2.0, "batch_normalize": False}
+    # TRL sequence_mask, clip_max 3
+    assert hyperparameters("mis") == {"level": "sequence", "lo": 0.0, "hi": 3.0, "batch_normalize": False}
     assert hyperparameters("icepop") == {"lo": 0.5, "hi": 5.0}
     assert hyperparameters("m2po") == {"tau": 0.04}  # AReaL m2_threshold
     assert hyperparameters("decoupled") == {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": None,
-                                            "cap": 5.0, "cap_mode": "mask"}  # AReaL  # fmt: skip
+                                            "cap": 5.0, "cap_mode": "mask", "prox_method": "given"}  # AReaL  # fmt: skip
     assert hyperparameters("opsm") == {"delta": 0.5, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": None}
 
 

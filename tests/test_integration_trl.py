@@ -268,7 +268,17 @@ def test_m2po_and_decoupled_which_trl_lacks_equal_the_core(fp64_trainer, tokeniz
     # In TRL one optimizer step sees one accumulation window, so decoupled's π_prox is the current policy
     # (the core's default when prox_logp is left out). Same normaliser as the other respo losses (37·2/4).
     trainer = fp64_trainer
-    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=5)
+    loss, grad, core, metrics = _trainer_and_core(trainer, tokenizer, objective, hparams, seed=5)
+    assert 0 < metrics["corr/mask_frac"].item() < 1  # the correction silences some tokens here
+    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
+    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
+    assert "respo/corr/mask_frac" in trainer._metrics["train"]
+
+
+def _trainer_and_core(trainer, tokenizer, objective, hparams, seed, **core_kw):
+    """The trainer's loss for ``objective`` and its lm_head gradient, then the core's loss on a plain forward
+    (its gradient left in the model) with TRL's normaliser (37 tokens of the generation batch · 2/4)."""
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=seed)
     trainer.model.zero_grad()
     loss = _as(trainer, objective, objective, hparams, inputs)
     loss.backward()
@@ -277,12 +287,9 @@ def test_m2po_and_decoupled_which_trl_lacks_equal_the_core(fp64_trainer, tokeniz
     logp = reference_logp(trainer.model, inputs)
     mask = inputs["completion_mask"].double()
     core, metrics = respo.policy_loss(objective, logp, inputs["old_per_token_logps"], inputs["advantages"], mask,
-                                      global_tokens=37.0 * 2 / 4, **hparams)  # fmt: skip
+                                      global_tokens=37.0 * 2 / 4, **core_kw, **hparams)  # fmt: skip
     core.backward()
-    assert 0 < metrics["corr/mask_frac"].item() < 1  # the correction silences some tokens here
-    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
-    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
-    assert "respo/corr/mask_frac" in trainer._metrics["train"]
+    return loss, grad, core, metrics
 
 
 def test_respo_opsm_equals_trls_own_off_policy_masking(fp64_trainer, tokenizer):
@@ -296,6 +303,55 @@ def test_respo_opsm_equals_trls_own_off_policy_masking(fp64_trainer, tokenizer):
     unmasked = _as(trainer, "opsm", "opsm", {"delta": 1e9}, inputs)
     assert abs(ours.item() - trl.item()) < 1e-6 * max(1.0, abs(trl.item())), (ours.item(), trl.item())
     assert abs(ours.item() - unmasked.item()) > 1e-6  # δ drops a sequence on these inputs
+
+
+# ------------------------------------------------------------------------------------------------
+# LUSPO against TRL's own; DPPO, KL rejection and batch-normalised TIS, which TRL lacks, equal the core
+# ------------------------------------------------------------------------------------------------
+
+
+def test_respo_luspo_equals_trls_own_luspo(fp64_trainer, tokenizer):
+    # TRL's loss_type="luspo" with importance_sampling_level="sequence" (the paper's setup): GSPO's clip of
+    # exp(mean_t log r) times each sequence's length, mean over the B rows, / accumulation steps. respo's
+    # "respo_luspo" on the same inputs: seq-mean-token-sum over B·accum sequences. Value and gradient, 1e-6.
+    trainer = fp64_trainer
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=7)
+    trainer.model.zero_grad()
+    trl = _as(trainer, "luspo", None, {}, inputs, importance_sampling_level="sequence", epsilon_low=0.2, epsilon_high=0.2)
+    trl.backward()
+    trl_grad = trainer.model.lm_head.weight.grad.clone()
+    trainer.model.zero_grad()
+    ours = _as(trainer, "respo_luspo", "luspo", {}, inputs)
+    ours.backward()
+    assert objective_for("respo_luspo") == "luspo" and objective_for("luspo") is None  # TRL's own stays TRL's
+    assert abs(ours.item() - trl.item()) < 1e-6 * max(1.0, abs(trl.item())), (ours.item(), trl.item())
+    assert torch.allclose(trainer.model.lm_head.weight.grad, trl_grad, rtol=1e-6, atol=1e-9)
+    gspo = _as(trainer, "respo_gspo", "gspo", {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}, inputs)
+    assert abs(gspo.item() - ours.item()) > 1e-6  # the length scaling matters on these inputs
+
+
+@pytest.mark.parametrize("objective, hparams, key", [
+    ("dppo_tv", {"delta_low": 0.02, "delta_high": 0.02}, "corr/masked_tokens"),
+    ("dppo_kl", {"delta_low": 0.01, "delta_high": 0.01}, "corr/masked_tokens"),
+    ("klrs", {"agg": "token", "estimator": "k2", "threshold": 0.1, "base": "grpo"}, "rs/masked_tokens"),
+    ("tis", {"batch_normalize": True, "level": "token"}, "corr/batch_norm_factor"),
+])  # fmt: skip
+def test_objectives_trl_lacks_equal_the_core(fp64_trainer, tokenizer, objective, hparams, key):
+    trainer = fp64_trainer
+    assert objective_for(objective) == objective
+    loss, grad, core, metrics = _trainer_and_core(trainer, tokenizer, objective, hparams, seed=8, global_seqs=4 * 2)
+    assert abs(loss.item() - core.item()) < 1e-6 * max(1.0, abs(core.item())), (loss.item(), core.item())
+    assert torch.allclose(grad.double(), trainer.model.lm_head.weight.grad, rtol=1e-5, atol=1e-7)
+    if key != "corr/batch_norm_factor":
+        assert 0 < metrics[key].item() < 1  # the correction acts on these inputs
+    assert f"respo/{key}" in trainer._metrics["train"]
+
+
+def test_the_loglinear_proximal_policy_is_refused_in_trl(tmp_path):
+    with pytest.raises(ValueError, match="prox_method='loglinear' needs each token's policy version"):
+        config(tmp_path, loss_type="decoupled", respo_hparams={"prox_method": "loglinear"})
+    with pytest.raises(ValueError, match="prox_method='loglinear' needs each token's policy version"):
+        config(tmp_path, loss_type="klrs", respo_hparams={"base": "decoupled", "base_kwargs": {"prox_method": "loglinear"}})
 
 
 def test_config_parses_from_the_command_line():

@@ -598,3 +598,33 @@ def test_recipe_extra_overrides_carry_kernel_hyperparameters():
         "reshaped", logp, old, adv_seq, mask.double(), pos_kernel="respo(2,0.5,2)", neg_kernel="vespo(3,2)"
     )
     assert torch.allclose(loss, core, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# LUSPO (TRL's; verl 0.9.1 lacks it): registered as loss_mode=luspo
+# ------------------------------------------------------------------------------------------------
+
+
+def test_luspo_is_registered_and_equals_the_core(default_actor):
+    assert get_policy_loss_fn("luspo").func is rv.luspo_policy_loss and rv.REGISTERED["luspo"] == "luspo"
+    logp, old, adv, adv_seq, mask = batch(6)
+    m = mask.double()
+    mode = "seq-mean-token-sum"
+    loss, metrics = get_policy_loss_fn("luspo")(old, logp, adv, mask, mode, default_actor, None)
+    # verl's actor defaults clip_ratio_low = clip_ratio_high = 0.2, TRL's epsilon and the core's defaults
+    core, core_metrics = respo.policy_loss("luspo", logp, old, adv_seq, m)
+    assert torch.allclose(loss, core, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(grad_of(loss, logp), grad_of(core, logp), rtol=1e-12, atol=1e-15)
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(core_metrics["clipfrac"].item())
+    assert 0 < metrics["actor/pg_clipfrac"] < 1  # the clip acts on this batch
+    # rollout weights multiply the per-token loss, as verl's own losses do and TRL's luspo does
+    w = torch.exp(0.2 * torch.randn(*m.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64))
+    weighted, _ = get_policy_loss_fn("luspo")(old, logp, adv, mask, mode, default_actor, w)
+    core_w, _ = respo.policy_loss("luspo", logp, old, adv_seq, m, rollout_log_ratio=torch.log(w))
+    assert torch.allclose(weighted, core_w, rtol=1e-12, atol=1e-15)
+
+
+def test_luspo_refuses_an_aggregation_that_is_not_luspo(default_actor):
+    logp, old, adv, _, mask = batch(6)
+    with pytest.raises(ValueError, match="loss_mode=luspo aggregates 'seq-mean-token-sum'.*got 'token-mean'"):
+        get_policy_loss_fn("luspo")(old, logp, adv, mask, "token-mean", default_actor, None)

@@ -32,13 +32,19 @@ def check_agg_mode(mode: str) -> str:
     return mode
 
 
-def _count(given: Count, local: torch.Tensor) -> torch.Tensor:
-    if given is None:
-        return local.clamp(min=1)
-    n = torch.as_tensor(given, dtype=local.dtype, device=local.device)
-    if bool(n <= 0):
-        raise ValueError(f"global token/sequence count must be positive, got {float(n)}")
+def _positive(name: str, given, like: torch.Tensor) -> torch.Tensor:
+    """``given`` as a 0-d tensor like ``like``; a non-number, NaN, ±inf or a value ≤ 0 is a one-line error naming it."""
+    try:
+        n = torch.as_tensor(given, dtype=like.dtype, device=like.device)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be a positive number, got {given!r}") from None
+    if n.dim() != 0 or not bool(torch.isfinite(n) & (n > 0)):
+        raise ValueError(f"{name} must be a positive finite number, got {given!r}")
     return n
+
+
+def _count(given: Count, local: torch.Tensor, name: str) -> torch.Tensor:
+    return local.clamp(min=1) if given is None else _positive(name, given, local)
 
 
 def agg_loss(
@@ -64,14 +70,16 @@ def agg_loss(
       0-d tensor.
     """
     check_agg_mode(mode)
+    if loss_scale_factor is not None:
+        loss_scale_factor = _positive("loss_scale_factor", loss_scale_factor, values)
     m = mask.to(values.dtype)
     masked = torch.where(m > 0, values, torch.zeros((), dtype=values.dtype, device=values.device))  # (B, T)
     if mode == "token-mean":
-        return masked.sum() / _count(global_tokens, m.sum())
+        return masked.sum() / _count(global_tokens, m.sum(), "global_tokens")
     if mode == "token-sum":
         return masked.sum()
     n_tok = m.sum(dim=-1)  # (B,)
-    n_seq = _count(global_seqs, (n_tok > 0).to(values.dtype).sum())
+    n_seq = _count(global_seqs, (n_tok > 0).to(values.dtype).sum(), "global_seqs")
     seq_sum = masked.sum(dim=-1)  # (B,)
     if mode == "seq-mean-token-mean":
         return (seq_sum / n_tok.clamp(min=1)).sum() / n_seq
@@ -85,4 +93,4 @@ def agg_seq(values: torch.Tensor, n_tok: torch.Tensor, *, global_seqs: Count = N
     """Mean of per-sequence losses (B,) over non-empty rows (sequence-level objectives such as GMPO)."""
     keep = n_tok > 0
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    return torch.where(keep, values, zero).sum() / _count(global_seqs, keep.to(values.dtype).sum())
+    return torch.where(keep, values, zero).sum() / _count(global_seqs, keep.to(values.dtype).sum(), "global_seqs")

@@ -15,12 +15,15 @@ multiplied by zero: ``NaN * 0`` is ``NaN``).
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 import torch
 
 NAN_POLICIES = ("raise", "mask")
+LEVELS = ("token", "sequence")
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ def check_inputs(
     _check_float("logp", logp)
     _check_float("old_logp", old_logp)
     _check_float("advantages", advantages)
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor (B, T), got {type(mask).__name__}")
     if logp.dim() != 2:
         raise ValueError(f"logp must have shape (B, T), got {tuple(logp.shape)}")
     if old_logp.shape != logp.shape:
@@ -172,3 +177,82 @@ def check_inputs(
     else:
         seq_adv = adv.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,), masked token mean
     return LossInputs(logp, old_logp, adv, seq_adv, m, rlr, n_bad.to(dtype), n_empty.to(dtype), more)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hyperparameters: one checker per kind of value, one-line errors that name the parameter
+# --------------------------------------------------------------------------------------------------
+
+
+def check_number(name: str, value, *, what: str) -> float:
+    """``value`` as a finite float; a string, a bool, NaN or ±inf is refused naming ``what: name``."""
+    x = _real(name, value, what=what)
+    if not math.isfinite(x):
+        raise ValueError(f"{what}: {name} must be finite, got {value!r}")
+    return x
+
+
+def _real(name: str, value, *, what: str) -> float:
+    """``value`` as a float (NaN and ±inf kept); anything but an int, a float or a 0-d real tensor is refused."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not (value.is_complex() or value.dtype == torch.bool):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{what}: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def check_level(level: str, *, what: str) -> str:
+    if level not in LEVELS:
+        raise ValueError(f"{what}: level must be one of {LEVELS}, got {level!r}")
+    return level
+
+
+def check_cap(cap, *, what: str, name: str = "cap") -> float:
+    cap = check_number(name, cap, what=what)
+    if not cap > 0:
+        raise ValueError(f"{what}: {name} must be > 0, got {cap}")
+    return cap
+
+
+def check_band(lo, hi, *, what: str) -> Tuple[float, float]:
+    lo, hi = check_number("lo", lo, what=what), check_number("hi", hi, what=what)
+    if not (0 <= lo < hi):
+        raise ValueError(f"{what}: need 0 <= lo < hi, got lo={lo}, hi={hi}")
+    return lo, hi
+
+
+def check_positive(name: str, value, *, what: str, allow_zero: bool = False) -> float:
+    x = check_number(name, value, what=what)
+    if x < 0 or (x == 0 and not allow_zero):
+        raise ValueError(f"{what}: {name} must be {'>=' if allow_zero else '>'} 0, got {x}")
+    return x
+
+
+def check_choice(name: str, value, choices: Tuple[str, ...], *, what: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{what}: {name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_clip(low, high, c=None, *, what: str, log_space: bool = False) -> Tuple[float, float, Optional[float]]:
+    """The clip range of every clipped objective: ε_l in [0, 1), ε_h ≥ 0, both finite; the dual clip
+    c > 1 or None.
+
+    1 − ε_l is the lower bound of the clipped ratio: ε_l ≥ 1 makes it 0 or negative (no lower clip at
+    all), a negative ε turns the interval inside out, and an infinite one removes the clip. With
+    ``log_space`` (GMPO clips log r to [−ε_l, ε_h]) the lower bound e^(−ε_l) is positive for any ε_l ≥ 0.
+    """
+    low, high = _real("clip_ratio_low", low, what=what), _real("clip_ratio_high", high, what=what)
+    for name, x in (("clip_ratio_low", low), ("clip_ratio_high", high)):
+        if not x >= 0:  # NaN too
+            raise ValueError(f"{what}: {name} must be >= 0, got {x}")
+        if not math.isfinite(x):
+            raise ValueError(f"{what}: {name} must be finite, got {x}")
+    if not (log_space or low < 1):
+        raise ValueError(f"{what}: clip_ratio_low must be in [0, 1), got {low} (the lower bound 1 - clip_ratio_low "
+                         "would not be positive)")  # fmt: skip
+    if c is not None:
+        c = check_number("clip_ratio_c", c, what=what)
+        if not c > 1:
+            raise ValueError(f"{what}: clip_ratio_c must be > 1 (dual clip) or None, got {c}")
+    return low, high, c

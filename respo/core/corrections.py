@@ -1,4 +1,5 @@
-"""Staleness corrections the RL frameworks ship: TIS, MIS, IcePop, M2PO, decoupled PPO and OPSM.
+"""Staleness corrections the RL frameworks ship: TIS, MIS, IcePop, M2PO, decoupled PPO, OPSM, DPPO's
+binary TV/KL trust regions and rejection by KL estimators (docs/method.md gives their formulas and sources).
 
 Pure functions of tensors (torch only). Each correction turns the per-token log importance weight
 
@@ -28,6 +29,11 @@ Ratio-shaped corrections (the gradient flows through r = π_θ/π_·):
 
     PPO(r) = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â), and min(·, −c·Â) for Â < 0 when a dual clip c is set.
 
+    dppo_tv/kl ℓ = −M_it·sg(min(r, C))·ρ·Â·logp, M = ``dppo_keep`` (probability TV or binary KL past δ)
+    kl_reject_keep   the tokens a k1/k2/k3 estimate (per token, row mean/sum/max) and a veto keep
+    batch_normalize  (tis, mis) the weights divided by their batch mean (``batch_mean_weight``)
+    loglinear_prox_logp  AReaL's log π_prox ≈ log π_old + α(log π_θ − log π_old), α = clamp((s−1)/s, 0, 1)
+
 M2PO's selection is over the whole batch passed in, so it is NOT invariant to micro-batching:
 splitting a batch changes which tokens are masked (every other correction here decides per token
 or per sequence and is invariant given the global token/sequence counts).
@@ -43,6 +49,12 @@ Diagnostics (``correction_diagnostics``), detached 0-d tensors, NaN for an empty
     corr/silenced_adv_share/pos|neg                    Σ|Â| over silenced tokens / Σ|Â| over all valid
                                                        tokens of that sign: the share of the batch's
                                                        positive (negative) learning signal removed
+    corr/masked_tokens, corr/masked_seqs               share of valid tokens silenced, and of rows with
+                                                       at least one silenced token (whatever the unit)
+    corr/kept_low_w_mass_share/pos|neg                 of the coefficient mass Σ_t |c_it| of the kept rows
+                                                       of that sign (rows not wholly silenced), the share
+                                                       carried by rows with log W < −1: where the
+                                                       correction's remaining signal goes
 
 ``chi2`` gives χ² of the weights as verl logs them (every objective's metrics carry it):
 
@@ -75,78 +87,22 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-LOG_W_CLAMP = 20.0  # as respo.core.ratios and verl's SAFETY_BOUND
-LEVELS = ("token", "sequence")
+from respo.core.checks import (LEVELS, check_band, check_cap, check_choice, check_clip, check_level,  # noqa: F401
+                               check_number, check_positive)  # fmt: skip
+from respo.core.diagnostics import stat_dtype
+from respo.core.ratios import LOG_W_CLAMP, ppo_clip
+
 CAP_MODES = ("mask", "truncate")
 
 Metrics = Dict[str, torch.Tensor]
 
 
-# --------------------------------------------------------------------------------------------------
-# Hyperparameter checks: one-line errors that name the value
-# --------------------------------------------------------------------------------------------------
-
-
-def _number(name: str, value, *, what: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: {name} must be a number, got {value!r}")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what}: {name} must be a number, got {value!r}") from None
-    if not math.isfinite(x):
-        raise ValueError(f"{what}: {name} must be finite, got {value!r}")
-    return x
-
-
-def check_level(level: str, *, what: str) -> str:
-    if level not in LEVELS:
-        raise ValueError(f"{what}: level must be one of {LEVELS}, got {level!r}")
-    return level
-
-
-def check_cap(cap, *, what: str, name: str = "cap") -> float:
-    cap = _number(name, cap, what=what)
-    if not cap > 0:
-        raise ValueError(f"{what}: {name} must be > 0, got {cap}")
-    return cap
-
-
-def check_band(lo, hi, *, what: str) -> Tuple[float, float]:
-    lo, hi = _number("lo", lo, what=what), _number("hi", hi, what=what)
-    if not (0 <= lo < hi):
-        raise ValueError(f"{what}: need 0 <= lo < hi, got lo={lo}, hi={hi}")
-    return lo, hi
-
-
-def check_positive(name: str, value, *, what: str, allow_zero: bool = False) -> float:
-    x = _number(name, value, what=what)
-    if x < 0 or (x == 0 and not allow_zero):
-        raise ValueError(f"{what}: {name} must be {'>=' if allow_zero else '>'} 0, got {x}")
-    return x
-
-
-def check_clip(low, high, c, *, what: str) -> Tuple[float, float, Optional[float]]:
-    low, high = _number("clip_ratio_low", low, what=what), _number("clip_ratio_high", high, what=what)
-    if not 0 <= low < 1:
-        raise ValueError(f"{what}: clip_ratio_low must be in [0, 1), got {low}")
-    if high < 0:
-        raise ValueError(f"{what}: clip_ratio_high must be >= 0, got {high}")
-    if c is not None:
-        c = _number("clip_ratio_c", c, what=what)
-        if not c > 1:
-            raise ValueError(f"{what}: clip_ratio_c must be > 1 (dual clip) or None, got {c}")
-    return low, high, c
-
-
 def check_cap_mode(cap_mode: str, *, what: str) -> str:
-    if cap_mode not in CAP_MODES:
-        raise ValueError(f"{what}: cap_mode must be one of {CAP_MODES}, got {cap_mode!r}")
-    return cap_mode
+    return check_choice("cap_mode", cap_mode, CAP_MODES, what=what)
 
 
 # --------------------------------------------------------------------------------------------------
-# Weights, masks and the PPO clip
+# Weights and masks
 # --------------------------------------------------------------------------------------------------
 
 
@@ -236,28 +192,6 @@ def opsm_keep(log_w: torch.Tensor, seq_adv: torch.Tensor, mask: torch.Tensor, de
     return (seq_adv >= 0) | (kl <= delta)
 
 
-def ppo_clip(
-    adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float, c: Optional[float] = None
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PPO's clipped per-token loss, with verl's dual clip for Â < 0 when ``c`` is set.
-
-        ℓ = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â);  Â < 0 and c: ℓ = min(ℓ, −c·Â)
-
-    Returns:
-      (ℓ (B, T) with grad, active (B, T) bool where the gradient −Â·∇r flows, clipped (B, T) bool
-      where verl's ``pg_clipfrac`` counts a clip: −Â·clip(r) > −Â·r).
-    """
-    l1 = -adv * ratio
-    l2 = -adv * ratio.clamp(1 - low, 1 + high)
-    loss = torch.maximum(l1, l2)
-    r = ratio.detach()
-    cut = ((adv > 0) & (r > 1 + high)) | ((adv < 0) & (r < 1 - low))
-    if c is not None:
-        loss = torch.where(adv < 0, torch.minimum(loss, -adv * c), loss)
-        cut = cut | ((adv < 0) & (r > c))
-    return loss, ~cut, l2.detach() > l1.detach()
-
-
 # --------------------------------------------------------------------------------------------------
 # The corrections: per-token loss, detached coefficient and what the correction cut
 # --------------------------------------------------------------------------------------------------
@@ -287,20 +221,59 @@ def _nothing(like: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(like, dtype=torch.bool)
 
 
-def tis(logp, old_logp, adv, mask, *, level: str = "sequence", cap: float = 2.0, log_rho=None) -> Correction:
-    """TIS: ℓ = −sg(min(w, C))·Â·logp (token or sequence w; see the module docstring)."""
+def batch_mean_weight(weight: torch.Tensor, mask: torch.Tensor, level: str,
+                      groups: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The batch mean a weight is divided by under ``batch_normalize`` (verl's ``rollout_is_batch_normalize``),
+    broadcast to (B, T):
+
+        token:     w̄ = Σ_it m_it w_it / Σ_it m_it             (the mean of the valid tokens' weights)
+        sequence:  w̄ = Σ_i W_i / #{non-empty rows}              (one weight per row)
+
+    and 1 where w̄ ≤ 1e-8 (as verl). ``groups`` (B,) integer: one mean per set of rows sharing a value (the
+    micro-batches a step normalised separately) instead of one over the batch.
+    """
+    m = mask.to(weight.dtype)
+    rows = (m.sum(dim=-1) > 0).to(weight.dtype)  # (B,)
+    if level == "token":
+        num, den = (weight * m).sum(dim=-1), m.sum(dim=-1)  # (B,) per-row sums
+    else:
+        num, den = (weight * m).sum(dim=-1) / m.sum(dim=-1).clamp(min=1), rows  # W_i (masked row mean), (B,)
+    if groups is None:
+        mean = (num.sum() / den.sum().clamp(min=1e-8)).expand_as(num)  # (B,)
+    else:
+        same = (groups.unsqueeze(0) == groups.unsqueeze(1)).to(weight.dtype)  # (B, B)
+        mean = (same @ num) / (same @ den).clamp(min=1e-8)  # (B,) the mean of each row's group
+    mean = torch.where(mean > 1e-8, mean, torch.ones_like(mean))
+    return mean.unsqueeze(-1).expand_as(weight)
+
+
+def _normalised(coef: torch.Tensor, mask: torch.Tensor, level: str, batch_normalize: bool, groups) -> Tuple[torch.Tensor, Metrics]:
+    if not batch_normalize:
+        return coef, {}
+    mean = batch_mean_weight(coef, mask, level, groups)  # (B, T)
+    return coef / mean, {"corr/batch_norm_factor": mean[:, 0].mean()}
+
+
+def tis(logp, old_logp, adv, mask, *, level: str = "sequence", cap: float = 2.0, batch_normalize: bool = False,
+        log_rho=None, groups=None) -> Correction:  # fmt: skip
+    """TIS: ℓ = −sg(min(w, C))·Â·logp (token or sequence w; see the module docstring); with
+    ``batch_normalize`` the truncated weights are divided by their batch mean (``batch_mean_weight``)."""
     log_w = level_log_weight(token_log_weight(logp, old_logp, mask, log_rho), mask, level)
     coef, cut = truncated_weight(log_w, cap)
+    coef, metrics = _normalised(coef, mask, level, batch_normalize, groups)
     valid = _valid(mask)
-    return Correction(-(coef * adv) * logp, coef, cut & valid, _nothing(cut), level, {})
+    return Correction(-(coef * adv) * logp, coef, cut & valid, _nothing(cut), level, metrics)
 
 
-def mis(logp, old_logp, adv, mask, *, level: str = "sequence", lo: float = 0.0, hi: float = 3.0, log_rho=None) -> Correction:
-    """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp (token or sequence w)."""
+def mis(logp, old_logp, adv, mask, *, level: str = "sequence", lo: float = 0.0, hi: float = 3.0,
+        batch_normalize: bool = False, log_rho=None, groups=None) -> Correction:  # fmt: skip
+    """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp (token or sequence w); with ``batch_normalize`` the masked
+    weights are divided by their batch mean (silenced ones count as 0 in it, as in verl)."""
     log_w = level_log_weight(token_log_weight(logp, old_logp, mask, log_rho), mask, level)
     coef, out = masked_weight(log_w, lo, hi)
+    coef, metrics = _normalised(coef, mask, level, batch_normalize, groups)
     valid = _valid(mask)
-    return Correction(-(coef * adv) * logp, coef, _nothing(out), out & valid, level, {})
+    return Correction(-(coef * adv) * logp, coef, _nothing(out), out & valid, level, metrics)
 
 
 def icepop(logp, old_logp, adv, mask, *, lo: float = 0.5, hi: float = 5.0, log_rho=None) -> Correction:
@@ -320,22 +293,41 @@ def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None, groups=N
     return Correction(-(k * adv) * ratio, k * ratio.detach(), _nothing(keep), valid & ~keep, "token", {})
 
 
-def _clip_metrics(active: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor) -> Metrics:
+def _clip_metrics(clip, mask: torch.Tensor) -> Metrics:
     m = mask.to(torch.float64 if mask.dtype == torch.float64 else torch.float32)
     n = m.sum().clamp(min=1)
-    return {"clipfrac": (clipped.to(m.dtype) * m).sum() / n, "clip_inactive_frac": ((~active).to(m.dtype) * m).sum() / n}
+    return {"clipfrac": (clip.clipped.to(m.dtype) * m).sum() / n,
+            "clip_inactive_frac": ((~clip.active).to(m.dtype) * m).sum() / n}  # fmt: skip
+
+
+PROX_METHODS = ("given", "loglinear")
 
 
 def decoupled(
     logp, old_logp, adv, mask, *, prox_logp=None, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-    clip_ratio_c: Optional[float] = None, cap: float = 5.0, cap_mode: str = "mask", log_rho=None,
+    clip_ratio_c: Optional[float] = None, cap: float = 5.0, cap_mode: str = "mask", prox_method: str = "given",
+    log_rho=None, staleness=None,
 ) -> Correction:
     """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old (× ρ) masked (b > C → 0) or truncated (min(b, C)).
 
-    ``prox_logp`` None means π_prox is the current policy at this evaluation (logp detached): the case
-    of one optimizer step per batch, where r = 1 and ∇L = −agg[b·Â·∇logp].
+    π_prox by ``prox_method``:
+      ``given``: ``prox_logp``; None means π_prox is the current policy at this evaluation (logp detached):
+        the case of one optimizer step per batch, where r = 1 and ∇L = −agg[b·Â·∇logp].
+      ``loglinear``: AReaL's approximation ``loglinear_prox_logp(logp, old_logp, staleness)`` from the (B, T)
+        ``staleness`` (no proximal forward); a ``prox_logp`` given too is only compared with it
+        (metrics ``prox/abs_error``, the mean |log π_prox − its approximation|, and ``prox/weight_error``,
+        the mean |b − b_approx| before the cap), as AReaL's ``metrics`` mode does.
     """
-    prox = logp.detach() if prox_logp is None else prox_logp.detach()
+    metrics: Metrics = {}
+    if prox_method == "loglinear":
+        if staleness is None:
+            raise ValueError("decoupled: prox_method='loglinear' needs the per-token input staleness (B, T) = "
+                             "v_theta - v_behaviour, the updates since each token was sampled")  # fmt: skip
+        prox = loglinear_prox_logp(logp, old_logp, staleness)
+        if prox_logp is not None:
+            metrics = _prox_error(prox, prox_logp.detach(), old_logp.detach(), mask)
+    else:
+        prox = logp.detach() if prox_logp is None else prox_logp.detach()
     log_b = token_log_weight(prox, old_logp, mask, log_rho).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)  # (B, T)
     if cap_mode == "mask":
         b, silenced = masked_weight(log_b, 0.0, cap)
@@ -344,10 +336,23 @@ def decoupled(
         b, truncated = truncated_weight(log_b, cap)
         silenced = _nothing(truncated)
     ratio = torch.exp((logp - prox).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
-    loss, active, clipped = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+    clip = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
     valid = _valid(mask)
-    coef = b * ratio.detach() * active.to(b.dtype)
-    return Correction(b * loss, coef, truncated & valid, silenced & valid, "token", _clip_metrics(active, clipped, mask))
+    coef = b * ratio.detach() * clip.active.to(b.dtype)
+    return Correction(b * clip.loss, coef, truncated & valid, silenced & valid, "token",
+                      {**_clip_metrics(clip, mask), **metrics})  # fmt: skip
+
+
+def _prox_error(approx: torch.Tensor, given: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> Metrics:
+    """How far an approximated log π_prox is from the given one over the valid tokens (detached)."""
+    clamp = LOG_W_CLAMP
+    b_err = (torch.exp((approx - old_logp).clamp(-clamp, clamp)) - torch.exp((given - old_logp).clamp(-clamp, clamp))).abs()
+    return {"prox/abs_error": _masked_mean((approx - given).abs(), mask), "prox/weight_error": _masked_mean(b_err, mask)}
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(stat_dtype(mask.dtype))
+    return (torch.where(m > 0, x.to(m.dtype), torch.zeros((), dtype=m.dtype)) * m).sum() / m.sum().clamp(min=1)
 
 
 def opsm(
@@ -358,13 +363,130 @@ def opsm(
     log_w = token_log_weight(logp, old_logp, mask, log_rho)
     keep = opsm_keep(log_w, seq_adv, mask, delta).unsqueeze(-1)  # (B, 1)
     ratio = torch.exp((logp - old_logp).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T) with grad
-    loss, active, clipped = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+    clip = ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c)
     rho = 1.0 if log_rho is None else torch.exp(log_rho.detach().clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
     k = keep.to(ratio.dtype) * rho
     valid = _valid(mask)
-    coef = k * ratio.detach() * active.to(ratio.dtype)
+    coef = k * ratio.detach() * clip.active.to(ratio.dtype)
     silenced = (~keep).expand_as(valid) & valid
-    return Correction(k * loss, coef, _nothing(valid), silenced, "sequence", _clip_metrics(active, clipped, mask))
+    return Correction(k * clip.loss, coef, _nothing(valid), silenced, "sequence", _clip_metrics(clip, mask))
+
+
+def dppo_keep(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, divergence: str, delta_low: float,
+              delta_high: float) -> torch.Tensor:  # fmt: skip
+    """DPPO's trust-region mask M_it, (B, T) bool, from the current and behaviour probabilities of the sampled token.
+
+        p = π_θ(y_t), q = π_old(y_t) (exp of the log-probs, not clamped)
+        tv:  Â > 0: keep p − q ≤ δ_h;                         Â ≤ 0: keep p − q ≥ −δ_l
+        kl:  D = q·log(q/p) + (1 − q)·log((1 − q + 1e-8)/(1 − p + 1e-8))   (the binary KL of the Bernoulli
+             "sampled token or not" under π_old and π_θ; 1e-8 as verl)
+             Â > 0: keep D ≤ δ_h or p ≤ q;                    Â ≤ 0: keep D ≤ δ_l or p ≥ q
+
+    A token leaves the gradient only when its divergence passes δ in the direction the advantage pushes.
+    """
+    lp, lq = logp.detach(), old_logp.detach()
+    p, q = torch.exp(lp), torch.exp(lq)
+    if divergence == "tv":
+        pos, neg = (p - q) <= delta_high, (p - q) >= -delta_low
+    else:
+        d = q * (lq - lp) + (1 - q) * torch.log((1.0 - q + 1e-8) / (1.0 - p + 1e-8))
+        pos, neg = (d <= delta_high) | (p <= q), (d <= delta_low) | (p >= q)
+    return torch.where(adv > 0, pos, neg)
+
+
+def dppo_tv(logp, old_logp, adv, mask, *, delta_low: float = 0.15, delta_high: float = 0.15, cap: float = 10000.0,
+            log_rho=None) -> Correction:  # fmt: skip
+    """DPPO-Binary-TV: ℓ = −M_it·sg(min(r, C))·ρ·Â·logp, M = ``dppo_keep(..., "tv")``, r = π_θ/π_old."""
+    return _dppo(logp, old_logp, adv, mask, "tv", delta_low, delta_high, cap, log_rho)
+
+
+def dppo_kl(logp, old_logp, adv, mask, *, delta_low: float = 0.05, delta_high: float = 0.05, cap: float = 10000.0,
+            log_rho=None) -> Correction:  # fmt: skip
+    """DPPO-Binary-KL: ℓ = −M_it·sg(min(r, C))·ρ·Â·logp, M = ``dppo_keep(..., "kl")``, r = π_θ/π_old."""
+    return _dppo(logp, old_logp, adv, mask, "kl", delta_low, delta_high, cap, log_rho)
+
+
+def _dppo(logp, old_logp, adv, mask, divergence, delta_low, delta_high, cap, log_rho) -> Correction:
+    keep = dppo_keep(logp, old_logp, adv.expand_as(logp), divergence, delta_low, delta_high)  # (B, T)
+    ratio = torch.exp((logp.detach() - old_logp.detach()).clamp(-LOG_W_CLAMP, LOG_W_CLAMP))  # (B, T), r not π_θ/π_old·ρ
+    rho = 1.0 if log_rho is None else torch.exp(log_rho.detach().clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
+    coef = ratio.clamp(max=cap) * keep.to(ratio.dtype) * rho  # (B, T) detached
+    valid = _valid(mask)
+    metrics = {"clipfrac": _frac(~keep, mask)}  # verl's pg_clipfrac: the share of tokens the trust region masked
+    return Correction(-(coef * adv) * logp, coef, (ratio > cap) & keep & valid, ~keep & valid, "token", metrics)
+
+
+def _frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(stat_dtype(mask.dtype))
+    return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
+
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_AGGS = ("token", "mean", "sum", "max")
+
+
+def kl_estimate(log_w: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of the divergence between the behaviour and the current policy, from l = clamp(log w, ±20):
+
+        k1 = −l       k2 = l²/2       k3 = e^l − 1 − l      (verl's ``token_k1/k2/k3``)
+    """
+    lw = log_w.clamp(-LOG_W_CLAMP, LOG_W_CLAMP)
+    if estimator == "k1":
+        return -lw
+    if estimator == "k2":
+        return 0.5 * lw**2
+    return torch.exp(lw) - 1.0 - lw
+
+
+def kl_reject_keep(log_w: torch.Tensor, mask: torch.Tensor, *, estimator: str, agg: str, threshold: float,
+                   lower: Optional[float] = None, veto: Optional[float] = None) -> torch.Tensor:  # fmt: skip
+    """The tokens a KL-estimator rejection keeps, (B, T) bool (verl's ``rollout_rs`` modes, plus a veto).
+
+        s_it = kl_estimate(log w_it);   S = s_it (token), mean_t, Σ_t or max_t of m·s (per row, broadcast)
+        k2, k3:  keep S ≤ threshold
+        k1:      keep log(lower) ≤ S ≤ log(threshold): the bounds are ratios, lower = 1/threshold when None
+        veto:    also drop every token of a row with a valid token whose w_it < veto (a catastrophic outlier)
+
+    Args:
+      log_w: (B, T) detached log w = logp − old_logp (+ log ρ), 0 off the mask.
+      mask: (B, T) 0/1.
+    """
+    valid = _valid(mask)
+    m = mask.to(log_w.dtype)
+    stat = kl_estimate(log_w, estimator)  # (B, T)
+    if agg == "sum":
+        stat = (stat * m).sum(dim=-1, keepdim=True)
+    elif agg == "mean":
+        stat = (stat * m).sum(dim=-1, keepdim=True) / m.sum(dim=-1, keepdim=True).clamp(min=1)
+    elif agg == "max":
+        big = torch.finfo(stat.dtype).max
+        stat = torch.where(valid, stat, torch.full_like(stat, -big)).amax(dim=-1, keepdim=True)
+    if estimator == "k1":
+        lo = math.log(1.0 / threshold if lower is None else lower)
+        keep = (stat >= lo) & (stat <= math.log(threshold))
+    else:
+        keep = stat <= threshold
+    keep = keep.expand_as(valid)
+    if veto is not None:
+        outlier = valid & (log_w.clamp(-LOG_W_CLAMP, LOG_W_CLAMP) < math.log(veto))
+        keep = keep & ~outlier.any(dim=-1, keepdim=True)
+    return keep & valid
+
+
+def loglinear_prox_logp(logp: torch.Tensor, old_logp: torch.Tensor, staleness: torch.Tensor) -> torch.Tensor:
+    """AReaL's log-linear proximal policy: log π_prox ≈ log π_old + α·(log π_θ − log π_old), detached.
+
+    With v_θ the current version, v_b the version that sampled the token (s = v_θ − v_b, the staleness)
+    and v_prox = v_θ − 1:
+
+        α = clamp((v_prox − v_b)/(v_θ − v_b), 0, 1) = clamp((s − 1)/s, 0, 1) for s > 0, and α = 0 for s ≤ 0
+
+    so a token sampled by the previous version (s = 1) keeps π_old and one sampled long ago moves toward π_θ.
+    """
+    s = staleness.detach().to(logp.dtype)
+    alpha = torch.where(s > 0, (s - 1) / s.clamp(min=1), torch.zeros_like(s)).clamp(0.0, 1.0)  # (B, T)
+    old = old_logp.detach()
+    return old + alpha * (logp.detach() - old)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,7 +508,7 @@ def chi2(log_w: torch.Tensor, mask: torch.Tensor) -> Metrics:
         chi2_token = Σ_it m·w_it² / Σ m − 1,     w_it = exp(clamp(log w_it, ±20))
         chi2_seq   = mean over non-empty rows of W_i² − 1,   W_i = exp(clamp(Σ_t m log w_it, ±20))
     """
-    log_w = log_w.detach()
+    log_w = log_w.detach().to(stat_dtype(log_w.dtype))
     m = mask.to(log_w.dtype)
     valid = m > 0
     zero = torch.zeros((), dtype=log_w.dtype, device=log_w.device)
@@ -399,7 +521,7 @@ def chi2(log_w: torch.Tensor, mask: torch.Tensor) -> Metrics:
 
 
 def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Tensor, seq_adv: torch.Tensor,
-                           mask: torch.Tensor) -> Metrics:
+                           mask: torch.Tensor, prefix: str = "corr/") -> Metrics:
     """The fractions a correction truncated and silenced per advantage sign and the share of each sign's
     learning signal it silenced (keys in the module docstring; ``chi2`` gives χ² of W).
 
@@ -408,8 +530,9 @@ def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Ten
       log_w: (B, T) log w = logp − old_logp (+ log ρ), detached.
       adv: (B, 1) or (B, T) advantages; seq_adv: (B,) the row's advantage (its sign splits pos/neg).
       mask: (B, T) 0/1.
+      prefix: of the keys (``corr/``; a correction composed with another objective uses its own).
     """
-    dtype = log_w.dtype
+    dtype = stat_dtype(log_w.dtype)
     m = mask.to(dtype)
     valid = m > 0
     rows = valid.any(dim=-1)  # (B,)
@@ -420,18 +543,28 @@ def correction_diagnostics(corr: Correction, log_w: torch.Tensor, adv: torch.Ten
         for suffix, sel in signs.items():
             if corr.level == "sequence":  # one decision per row
                 hit = (cut & valid).any(dim=-1) & sel
-                out[f"corr/{key}{suffix}"] = _ratio(hit.to(dtype).sum(), sel.to(dtype).sum())
+                out[f"{prefix}{key}{suffix}"] = _ratio(hit.to(dtype).sum(), sel.to(dtype).sum())
             else:
                 tok = valid & sel.unsqueeze(-1)
-                out[f"corr/{key}{suffix}"] = _ratio((cut & tok).to(dtype).sum(), tok.to(dtype).sum())
+                out[f"{prefix}{key}{suffix}"] = _ratio((cut & tok).to(dtype).sum(), tok.to(dtype).sum())
+    # per token and per sequence whatever the correction's unit: silenced tokens, rows with any silenced token
+    silenced = corr.silenced & valid
+    out[f"{prefix}masked_tokens"] = _ratio(silenced.to(dtype).sum(), m.sum())
+    out[f"{prefix}masked_seqs"] = _ratio((silenced.any(dim=-1) & rows).to(dtype).sum(), rows.to(dtype).sum())
     a = adv.detach().to(dtype).abs().expand_as(m)
     for suffix in ("/pos", "/neg"):
         sel = signs[suffix]
         tok = valid & sel.unsqueeze(-1)
         all_silenced = ((corr.silenced | ~valid).all(dim=-1)) & sel
-        out[f"corr/silenced_seqs{suffix}"] = _ratio(all_silenced.to(dtype).sum(), sel.to(dtype).sum())
+        out[f"{prefix}silenced_seqs{suffix}"] = _ratio(all_silenced.to(dtype).sum(), sel.to(dtype).sum())
         signal = torch.where(tok, a, zero).sum()
-        out[f"corr/silenced_adv_share{suffix}"] = _ratio(torch.where(tok & corr.silenced, a, zero).sum(), signal)
+        out[f"{prefix}silenced_adv_share{suffix}"] = _ratio(torch.where(tok & corr.silenced, a, zero).sum(), signal)
+        # the coefficient mass of the kept rows of that sign going to its under-generated rows (log W < −1)
+        kept_rows = sel & ~all_silenced
+        mass = torch.where(valid, corr.coef.detach().to(dtype).abs(), zero).sum(dim=-1)  # (B,)
+        low = kept_rows & ((log_w.to(dtype) * m).sum(dim=-1) < -1.0)
+        out[f"{prefix}kept_low_w_mass_share{suffix}"] = _ratio(torch.where(low, mass, zero).sum(),
+                                                               torch.where(kept_rows, mass, zero).sum())  # fmt: skip
     out.update({k: v.detach() for k, v in corr.metrics.items()})
     return out
 

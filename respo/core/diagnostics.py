@@ -1,7 +1,7 @@
 """Weight diagnostics: make the spread of W and gradient starvation visible.
 
 All statistics are over non-empty rows (at least one valid token) and returned as detached 0-d
-tensors (the caller converts). A statistic of an empty set (e.g. the mean φ of positives in a batch
+tensors (the caller converts), computed in float32 for float16/bfloat16 inputs (``stat_dtype``). A statistic of an empty set (e.g. the mean φ of positives in a batch
 with no positive advantage) is NaN, not 0, and ``n_pos``/``n_neg`` say why.
 
 Keys:
@@ -44,6 +44,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from respo.core.kernels import RESPO_POS, VESPO_POS, respo_kernel, vespo_kernel
+from respo.core.ratios import LOG_W_CLAMP
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 LOW_W = -1.0  # log W threshold of "under-generated"
@@ -54,6 +55,13 @@ SIGNS = ("pos", "neg")  # advantage signs of the histogram: Â > 0, Â < 0
 
 _RESPO_POS_PHI = respo_kernel(*RESPO_POS)  # φ⁺(W) = ((1+W)/2)·e^(1−W)
 _VESPO_POS_PHI = vespo_kernel(*VESPO_POS)  # φ⁺(W) = W²·e^(3(1−W))
+
+
+def stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype diagnostics are computed in: float64 stays, float16/bfloat16 (and non-float) become float32.
+
+    Quantiles do not exist for half types, and sums of many half values lose the counts' precision."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
 def _edge_name(x: float) -> str:
@@ -147,7 +155,7 @@ def weight_diagnostics(
       dict of detached 0-d tensors (keys in the module docstring).
     """
     log_w = log_w.detach()
-    dtype = log_w.dtype if log_w.is_floating_point() else torch.float32
+    dtype = stat_dtype(log_w.dtype)
     log_w = log_w.to(dtype)
     phi = phi.detach().to(dtype)
     m = mask.detach().to(dtype)
@@ -198,7 +206,7 @@ def weight_diagnostics(
     total_tok = n_tok.sum()
     out["approx_kl"] = -torch.where(rows, log_w, zero).sum() / total_tok.clamp(min=1)
     if token_log_ratio is not None:
-        d = token_log_ratio.detach().to(dtype).clamp(-20, 20)  # clamp also maps NaN-free masked values to finite
+        d = token_log_ratio.detach().to(dtype).clamp(-LOG_W_CLAMP, LOG_W_CLAMP)  # clamp also maps NaN-free masked values to finite
         k3 = torch.expm1(d).sub_(d)  # (B, T), r − 1 − log r ≥ 0
         out["kl_k3"] = torch.where(m > 0, k3, torch.zeros((), dtype=dtype, device=k3.device)).sum() / total_tok.clamp(min=1)
     out.update(same_batch_diagnostics(log_w, pos, low, frac_pos_low_w=out["frac_pos_low_w"]))

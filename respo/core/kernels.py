@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Callable, Tuple, Union
 
 import torch
 
+from respo.core.checks import check_number
 from respo.core.ratios import LOG_W_CLAMP
 
 Kernel = Callable[[torch.Tensor], torch.Tensor]
@@ -46,14 +48,36 @@ RESPO_NEG = (1.0, 0.5, 2.0)  # (alpha, beta, lambda) for Â < 0
 VESPO_POS = (2.0, 3.0)  # (k, lambda) for Â ≥ 0
 VESPO_NEG = (3.0, 2.0)  # (k, lambda) for Â < 0
 
+RESPO_PARAMS = ("alpha", "beta", "lambda")  # a ReSPO branch, by position or by name
+VESPO_PARAMS = ("k", "lambda")  # a VESPO branch
+
 _SERIES_P = 1e-2  # below this |α − 1| the log1p/expm1 form avoids cancellation
 
 
+def kernel_params(value, names: Tuple[str, ...], *, param: str, what: str) -> Tuple[float, ...]:
+    """A kernel branch's parameters as a tuple of floats in the order of ``names``.
+
+    Accepts exactly ``len(names)`` numbers by position (a tuple or list) or by name (a mapping whose keys
+    are ``names``; ``lam`` may stand for ``lambda``). Anything else, a missing, extra or unknown value
+    included, is a one-line ``ValueError`` naming ``what: param``.
+    """
+    spelled = f"({', '.join(names)})"
+    if isinstance(value, Mapping):
+        keys = {("lambda" if k == "lam" else k): v for k, v in value.items()}
+        if len(keys) != len(value) or set(keys) != set(names):
+            raise ValueError(f"{what}: {param} by name needs exactly the keys {spelled}, got {sorted(value)}")
+        values = tuple(keys[n] for n in names)
+    elif isinstance(value, (tuple, list)):
+        if len(value) != len(names):
+            raise ValueError(f"{what}: {param} must be {spelled}: {len(names)} numbers, got {len(value)}: {tuple(value)!r}")
+        values = tuple(value)
+    else:
+        raise ValueError(f"{what}: {param} must be {spelled} by position or by name, got {value!r}")
+    return tuple(check_number(f"{param}.{n}", v, what=what) for n, v in zip(names, values))
+
+
 def _check_respo_params(alpha: float, beta: float, lam: float) -> Tuple[float, float, float]:
-    try:
-        alpha, beta, lam = float(alpha), float(beta), float(lam)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"ReSPO kernel parameters (alpha, beta, lambda) must be numbers: {e}") from None
+    alpha, beta, lam = (check_number(n, v, what="ReSPO kernel") for n, v in zip(RESPO_PARAMS, (alpha, beta, lam)))
     if not (math.isfinite(alpha) and alpha > 0):
         raise ValueError(f"ReSPO kernel needs alpha > 0, got alpha={alpha}")
     if not (math.isfinite(beta) and 0 < beta <= 1):
@@ -75,7 +99,7 @@ def respo_log_phi0(log_w: torch.Tensor, alpha: float, beta: float) -> torch.Tens
     return torch.logaddexp(a, math.log(beta) + p * log_w) / p
 
 
-def respo_kernel(alpha: float = 2.0, beta: float = 0.5, lam: float = 2.0, clamp: float = LOG_W_CLAMP) -> Kernel:
+def respo_kernel(alpha: float = 2.0, beta: float = 0.5, lam: float = 2.0, *, clamp: float = LOG_W_CLAMP) -> Kernel:
     """The ReSPO kernel φ(W; α, β, λ) as a function of log W (differentiable, not detached).
 
     Args:
@@ -99,7 +123,7 @@ def respo_kernel(alpha: float = 2.0, beta: float = 0.5, lam: float = 2.0, clamp:
     return kernel
 
 
-def vespo_kernel(k: float = 2.0, lam: float = 3.0, clamp: float = LOG_W_CLAMP) -> Kernel:
+def vespo_kernel(k: float = 2.0, lam: float = 3.0, *, clamp: float = LOG_W_CLAMP) -> Kernel:
     """VESPO's gamma kernel φ(W) = W^k·exp(λ(1 − W)) as a function of log W (φ(1) = 1).
 
     Args:
@@ -107,7 +131,7 @@ def vespo_kernel(k: float = 2.0, lam: float = 3.0, clamp: float = LOG_W_CLAMP) -
       lam: decay λ ≥ 0.
       clamp: log W is clamped to [−clamp, clamp] first.
     """
-    k, lam = float(k), float(lam)
+    k, lam = (check_number(n, v, what="VESPO kernel") for n, v in zip(VESPO_PARAMS, (k, lam)))
     if not (math.isfinite(k) and k >= 0):
         raise ValueError(f"VESPO kernel needs k >= 0, got k={k}")
     if not (math.isfinite(lam) and lam >= 0):
@@ -132,7 +156,7 @@ def unit_kernel() -> Kernel:
     return kernel
 
 
-def truncated_kernel(max_w: float = 1.0, clamp: float = LOG_W_CLAMP) -> Kernel:
+def truncated_kernel(max_w: float = 1.0, *, clamp: float = LOG_W_CLAMP) -> Kernel:
     """φ(W) = min(W, max_w): truncated importance weight (TOPR's negative branch with max_w = 1)."""
     max_w = float(max_w)
     if not max_w > 0:
@@ -170,6 +194,7 @@ def respo_phi(
     Returns:
       (B,) φ, finite and non-negative, with no autograd graph.
     """
+    pos, neg = (kernel_params(v, RESPO_PARAMS, param=n, what="respo") for n, v in (("pos", pos), ("neg", neg)))
     with torch.no_grad():
         return two_branch(log_w.detach(), advantages.detach(), respo_kernel(*pos), respo_kernel(*neg))
 
@@ -182,6 +207,7 @@ def vespo_phi(
     neg: Tuple[float, float] = VESPO_NEG,
 ) -> torch.Tensor:
     """Detached VESPO coefficient φ_i = W^k·e^(λ(1−W)), (k, λ) by the sign of Â_i. Shapes (B,)."""
+    pos, neg = (kernel_params(v, VESPO_PARAMS, param=n, what="vespo") for n, v in (("pos", pos), ("neg", neg)))
     with torch.no_grad():
         return two_branch(log_w.detach(), advantages.detach(), vespo_kernel(*pos), vespo_kernel(*neg))
 

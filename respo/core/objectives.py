@@ -67,6 +67,13 @@ so ρ folds into the weight; docs/method.md gives sources, base objectives and t
     decoupled  b·PPO(π_θ/π_prox), b = π_prox/π_old masked (or truncated) above C; optional ``prox_logp``
                (default: the current policy, detached, i.e. one optimizer step per batch)
     opsm       K_i·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ
+    dppo_tv    −M·sg(min(r, C))·ρ·Â·logp, M drops tokens whose probability moved past δ along Â's push (verl)
+    dppo_kl    the same with the sampled token's binary KL
+    klrs       any ``base`` objective on the tokens a k1/k2/k3 KL estimate (per token, row mean, sum or max)
+               and a veto keep (verl ``rollout_rs``)
+    (tis and mis take ``batch_normalize``; decoupled takes AReaL's ``prox_method="loglinear"``)
+
+Newer sequence objective: ``luspo``, GSPO's clip with each sequence's loss times its length (TRL).
 
 References:
     ReSPO: Chen, Ban, Hsieh (2026), arXiv 2609.35433. VESPO: arXiv 2602.10693. GRPO: Shao et al.
@@ -77,6 +84,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -85,17 +93,19 @@ import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
 from respo.core import corrections
-from respo.core.checks import LossInputs, check_inputs, check_row_groups
-from respo.core.diagnostics import weight_diagnostics
-from respo.core.kernels import (RESPO_NEG, RESPO_POS, VESPO_NEG, VESPO_POS, Kernel, kernel_from_spec, respo_kernel,
-                                truncated_kernel, two_branch, unit_kernel, vespo_kernel)  # fmt: skip
-from respo.core.ratios import LOG_W_CLAMP, sequence_log_ratio, token_log_ratio
+from respo.core.checks import LossInputs, check_clip, check_inputs, check_positive, check_row_groups
+from respo.core.diagnostics import stat_dtype, weight_diagnostics
+from respo.core.kernels import (RESPO_NEG, RESPO_PARAMS, RESPO_POS, VESPO_NEG, VESPO_PARAMS, VESPO_POS, Kernel,
+                                kernel_from_spec, kernel_params, respo_kernel, truncated_kernel, two_branch, unit_kernel,
+                                vespo_kernel)  # fmt: skip
+from respo.core.ratios import LOG_W_CLAMP, ppo_clip, sequence_log_ratio, token_log_ratio
 
 Metrics = Dict[str, torch.Tensor]
 LossFn = Callable[..., Tuple[torch.Tensor, Metrics]]
 
 TOKEN_MEAN = "token-mean"
 SEQ_MEAN = "seq-mean-token-mean"
+SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
 GSPO_LOG_S_MAX = 10.0  # verl clamps the token-form log s_it above at 10
 
 
@@ -152,32 +162,20 @@ def _weigh(x: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:
 
 def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Fraction of valid tokens where cond holds (verl's masked_mean of a 0/1 tensor)."""
-    return (cond.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
+    m = mask.to(stat_dtype(mask.dtype))
+    return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
 
 
-def _clip_cuts(x: torch.Tensor, adv: torch.Tensor, low: float, high: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Tokens a sign-aware clip of x to [low, high] cuts: (Â > 0 and x > high, Â < 0 and x < low)."""
-    return (adv > 0) & (x > high), (adv < 0) & (x < low)
+def _check_bool(name: str, value, *, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what}: {name} must be true or false, got {value!r}")
+    return value
 
 
 def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Metrics:
     """``clipfrac_high``, ``clipfrac_low``, ``clipfrac_dual`` and verl's ``clipfrac`` of the given cuts."""
     cuts = {"clipfrac_high": high, "clipfrac_low": low, "clipfrac_dual": dual, "clipfrac": either}
     return {key: _masked_frac(cut, mask) for key, cut in cuts.items() if cut is not None}
-
-
-def _check_clip_range(name: str, low: float, high: float) -> None:
-    """ε_l, ε_h ≥ 0 (a negative ε turns the clip interval inside out); NaN is refused too."""
-    for key, value in (("clip_ratio_low", low), ("clip_ratio_high", high)):
-        if not value >= 0:
-            raise ValueError(f"{name}: {key} must be >= 0, got {value}")
-
-
-def _ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float):
-    """PPO's ℓ¹ = −Â·r, ℓ² = −Â·clip(r, 1−ε_l, 1+ε_h) and ℓ = max(ℓ¹, ℓ²), each (B, T)."""
-    l1 = -adv * ratio
-    l2 = -adv * ratio.clamp(1 - low, 1 + high)
-    return l1, l2, torch.maximum(l1, l2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,14 +220,21 @@ def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
 def _respo(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float, float] = RESPO_NEG) -> TermFn:
     """ReSPO: L = −agg[φ_i Â_it logp_it] with φ⁺ = ReSPO(pos), φ⁻ = ReSPO(neg), (α, β, λ) per branch.
 
+    Each branch is exactly three numbers (α, β, λ), by position or by name ({"alpha", "beta", "lambda"}).
+
     Defaults are the published (2, 0.5, 2) for Â ≥ 0 and (1, 0.5, 2) for Â < 0, i.e.
     φ⁺(W) = ((1+W)/2)·e^(1−W) and φ⁻(W) = √W·e^(2(1−√W)). Default aggregation ``token-mean``.
     """
+    pos, neg = (kernel_params(v, RESPO_PARAMS, param=n, what="respo") for n, v in (("pos", pos), ("neg", neg)))
     return SequenceWeightTerm(respo_kernel(*pos), respo_kernel(*neg))
 
 
 def _vespo(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESPO_NEG) -> TermFn:
-    """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0."""
+    """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0.
+
+    Each branch is exactly two numbers (k, λ), by position or by name ({"k", "lambda"}).
+    """
+    pos, neg = (kernel_params(v, VESPO_PARAMS, param=n, what="vespo") for n, v in (("pos", pos), ("neg", neg)))
     return SequenceWeightTerm(vespo_kernel(*pos), vespo_kernel(*neg))
 
 
@@ -258,22 +263,16 @@ def _grpo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_
     Metrics ``clipfrac_high`` (Â > 0, r > 1+ε_h), ``clipfrac_low`` (Â < 0, r < 1−ε_l), ``clipfrac_dual``
     (Â < 0, r > c) and verl's ``clipfrac``. Default aggregation ``token-mean``.
     """
-    _check_clip_range("grpo", clip_ratio_low, clip_ratio_high)
-    if not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (dual clip lower bound), got {clip_ratio_c}")
+    low, high, c = check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="grpo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        adv = inputs.adv  # (B, T) or (B, 1)
         ratio = torch.exp(log_ratio)  # (B, T)
-        l1, l2, clipped = _ppo_clip(adv, ratio, clip_ratio_low, clip_ratio_high)
-        dual = torch.minimum(clipped, -adv * clip_ratio_c)
-        values = _weigh(torch.where(adv < 0, dual, clipped), rho)  # (B, T)
+        clip = ppo_clip(inputs.adv, ratio, low, high, c)
+        values = _weigh(clip.loss, rho)  # (B, T)
         with torch.no_grad():
-            r = ratio.detach()
-            high, low = _clip_cuts(r, adv, 1 - clip_ratio_low, 1 + clip_ratio_high)
-            dual_cut = (adv < 0) & (r > clip_ratio_c)
-            coef = _weigh(torch.where(high | low | dual_cut, torch.zeros_like(r), r), rho)
-            metrics = _clip_fractions(inputs.mask, high, low, dual_cut, l2.detach() > l1.detach())
+            coef = _weigh(torch.where(clip.active, ratio.detach(), torch.zeros_like(ratio)), rho)
+            metrics = _clip_fractions(inputs.mask, clip.high, clip.low, clip.dual if c is not None else None,
+                                      clip.clipped)  # fmt: skip
         return Term(values, coef, metrics)
 
     return term
@@ -287,23 +286,42 @@ def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn
         ℓ_it = max(−s_it·Â, −clip(s_it, 1−ε_l, 1+ε_h)·Â).
     Coefficient c_it = s_i where not clipped (Â > 0: s ≤ 1+ε_h; Â < 0: s ≥ 1−ε_l), else 0.
     """
-    _check_clip_range("gspo", clip_ratio_low, clip_ratio_high)
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="gspo")
+    return _sequence_ratio_clip(low, high, GSPO_LOG_S_MAX)
+
+
+def _sequence_ratio_clip(low: float, high: float, log_s_max: Optional[float]) -> TermFn:
+    """The token form of the PPO clip on the length-normalised sequence ratio (GSPO's and LUSPO's term):
+    log s_it = logp_it − sg(logp_it) + sg(log s_i), clamped above at ``log_s_max`` when set."""
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, logp = inputs.adv, inputs.logp
         with torch.no_grad():
             log_s = sequence_log_ratio(logp.detach(), inputs.old_logp, inputs.mask, length_normalize=True)  # (B,)
-        s = torch.exp((logp - logp.detach() + log_s.unsqueeze(-1)).clamp(max=GSPO_LOG_S_MAX))  # (B, T)
-        l1, l2, values = _ppo_clip(adv, s, clip_ratio_low, clip_ratio_high)
-        values = _weigh(values, rho)
+        log_s_it = logp - logp.detach() + log_s.unsqueeze(-1)  # (B, T)
+        s = torch.exp(log_s_it if log_s_max is None else log_s_it.clamp(max=log_s_max))  # (B, T)
+        clip = ppo_clip(adv, s, low, high)
+        values = _weigh(clip.loss, rho)
         with torch.no_grad():
-            s_val = s.detach()
-            high, low = _clip_cuts(s_val, adv, 1 - clip_ratio_low, 1 + clip_ratio_high)
-            coef = _weigh(torch.where(high | low, torch.zeros_like(s_val), s_val), rho)
-            metrics = _clip_fractions(inputs.mask, high, low, either=l2.detach() > l1.detach())
+            coef = _weigh(torch.where(clip.active, s.detach(), torch.zeros_like(s)), rho)
+            metrics = _clip_fractions(inputs.mask, clip.high, clip.low, either=clip.clipped)
         return Term(values, coef, metrics)
 
     return term
+
+
+def _luspo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
+    """LUSPO (length-unbiased sequence policy optimization, TRL ``loss_type="luspo"``): GSPO's clip of the
+    sequence ratio s_i = exp(mean_t log r_it) with each sequence's loss scaled by its length,
+
+        L = (1/N_seq)·Σ_i T_i·max(−s_i·Â_i, −clip(s_i, 1−ε_l, 1+ε_h)·Â_i)
+
+    i.e. the token form ℓ_it = max(−s_it·Â, −clip(s_it)·Â) aggregated ``seq-mean-token-sum`` (the default),
+    so ∇L = −(1/N_seq)·Σ_i s_i·Â_i·Σ_t ∇logp_it for an unclipped row: no 1/T_i. Defaults ε_l = ε_h = 0.2
+    are TRL's ``epsilon``; s is not clamped above (TRL does not clamp it; log s is within ±20).
+    """
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="luspo")
+    return _sequence_ratio_clip(low, high, None)
 
 
 def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
@@ -312,14 +330,14 @@ def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
     Defaults ε_l = ε_h = 0.2 are verl's ``ActorConfig`` defaults; the MiniMax-M1 paper effectively
     disables the lower bound and tunes ε_h. Default aggregation ``token-mean``.
     """
-    _check_clip_range("cispo", clip_ratio_low, clip_ratio_high)
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="cispo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         with torch.no_grad():
             r = torch.exp(log_ratio.detach())  # (B, T)
-            coef = _weigh(r.clamp(1 - clip_ratio_low, 1 + clip_ratio_high), rho)
+            coef = _weigh(r.clamp(1 - low, 1 + high), rho)
         values = -(coef * inputs.adv) * inputs.logp  # (B, T)
-        return Term(values, coef, _clip_fractions(inputs.mask, r > 1 + clip_ratio_high, r < 1 - clip_ratio_low))
+        return Term(values, coef, _clip_fractions(inputs.mask, r > 1 + high, r < 1 - low))
 
     return term
 
@@ -329,8 +347,8 @@ def _sapo(tau_pos: float = 1.0, tau_neg: float = 1.05) -> TermFn:
 
     f'(r)·r = 4σ(1−σ)·r is the gradient coefficient (1 at r = 1). Default seq-mean-token-mean.
     """
-    if not (tau_pos > 0 and tau_neg > 0):
-        raise ValueError(f"SAPO temperatures must be positive, got tau_pos={tau_pos}, tau_neg={tau_neg}")
+    tau_pos = check_positive("tau_pos", tau_pos, what="sapo")  # finite: an infinite τ makes 4/τ·σ(·) 0·NaN
+    tau_neg = check_positive("tau_neg", tau_neg, what="sapo")
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv = inputs.adv
@@ -355,13 +373,13 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
     GMPO is sequence-level by construction: only ``seq-mean-token-mean`` is accepted. Rollout weights
     enter as their per-sequence geometric mean, as in verl.
     """
-    _check_clip_range("gmpo", clip_ratio_low, clip_ratio_high)
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="gmpo", log_space=True)
 
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         adv, m = inputs.adv, inputs.mask
         d = inputs.logp - inputs.old_logp  # (B, T), not clamped
         sgn = torch.sign(adv)
-        d_min = sgn * torch.minimum(sgn * d, sgn * d.clamp(-clip_ratio_low, clip_ratio_high))
+        d_min = sgn * torch.minimum(sgn * d, sgn * d.clamp(-low, high))
         n_tok = m.sum(dim=-1).clamp(min=1)  # (B,)
         ratio = torch.exp((d_min * m).sum(dim=-1) / n_tok)  # (B,)
         seq_adv = (adv * m).sum(dim=-1) / n_tok  # (B,)
@@ -369,10 +387,10 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
         rho_seq = None if rlr is None else torch.exp((rlr * m).sum(dim=-1) / n_tok)  # (B,)
         per_seq = _weigh(-seq_adv * ratio, rho_seq)  # (B,)
         with torch.no_grad():
-            high, low = _clip_cuts(d.detach(), adv, -clip_ratio_low, clip_ratio_high)
-            active = (~(high | low)).to(m.dtype)
+            cut_high, cut_low = (adv > 0) & (d.detach() > high), (adv < 0) & (d.detach() < -low)
+            active = (~(cut_high | cut_low)).to(m.dtype)
             coef = _weigh(ratio.detach().unsqueeze(-1) * active, None if rho_seq is None else rho_seq.unsqueeze(-1))
-        return Term(per_seq, coef, _clip_fractions(m, high, low))
+        return Term(per_seq, coef, _clip_fractions(m, cut_high, cut_low))
 
     return term
 
@@ -380,6 +398,31 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
 # --------------------------------------------------------------------------------------------------
 # Staleness corrections (respo.core.corrections): a factory checks the hyperparameters
 # --------------------------------------------------------------------------------------------------
+
+
+#: Arguments of a correction function that are tensors or call options, not hyperparameters.
+_CALL_ARGS = ("log_rho", "groups", "prox_logp", "staleness")
+
+
+def _hyperparameters_of(fn: Callable) -> Callable[[Callable[..., TermFn]], Callable[..., TermFn]]:
+    """Give a correction's factory the hyperparameters of its function in ``corrections`` (the keyword-only
+    arguments but ``_CALL_ARGS``), with that function's defaults: the published defaults are written once,
+    where the formula is. Unset ones are filled in before the factory runs."""
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind is p.KEYWORD_ONLY and p.name not in _CALL_ARGS]  # fmt: skip
+    sig = inspect.Signature(params)
+
+    def decorate(factory: Callable[..., TermFn]) -> Callable[..., TermFn]:
+        @functools.wraps(factory)
+        def with_defaults(**hparams) -> TermFn:
+            bound = sig.bind(**hparams)
+            bound.apply_defaults()
+            return factory(**bound.arguments)
+
+        with_defaults.__signature__ = sig  # type: ignore[attr-defined]
+        return with_defaults
+
+    return decorate
 
 
 def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Correction"]) -> TermFn:
@@ -396,32 +439,42 @@ def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Corre
     return term
 
 
-def _tis(level: str = "sequence", cap: float = 2.0) -> TermFn:
+@_hyperparameters_of(corrections.tis)
+def _tis(*, level: str, cap: float, batch_normalize: bool) -> TermFn:
     """TIS: ℓ = −sg(min(w, C))·Â·logp with w = π_θ/π_old·ρ per token or per sequence (W_i on every token).
 
     REINFORCE-shaped, as verl's bypass mode with ``loss_type="reinforce"``; defaults are verl's
     ``rollout_is="sequence"``, ``rollout_is_threshold=2.0`` (its ``bypass_pg_is`` preset).
     Metrics ``corr/trunc_frac`` (/pos, /neg): the share of sequences (tokens) whose weight the cap cut.
+    ``batch_normalize``: divide the truncated weights by their batch mean (verl's
+    ``rollout_is_batch_normalize``; within each of ``row_groups``, so not micro-batch invariant).
     """
     level = corrections.check_level(level, what="tis")
     cap = corrections.check_cap(cap, what="tis")
+    norm = _check_bool("batch_normalize", batch_normalize, what="tis")
     return _correction_term("tis", lambda i: corrections.tis(i.logp, i.old_logp, i.adv, i.mask, level=level, cap=cap,
-                                                             log_rho=i.rollout_log_ratio))  # fmt: skip
+                                                             batch_normalize=norm, log_rho=i.rollout_log_ratio,
+                                                             groups=i.row_groups))  # fmt: skip
 
 
-def _mis(level: str = "sequence", lo: float = 0.0, hi: float = 3.0) -> TermFn:
+@_hyperparameters_of(corrections.mis)
+def _mis(*, level: str, lo: float, hi: float, batch_normalize: bool) -> TermFn:
     """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced.
 
     Defaults are TRL's ``vllm_importance_sampling_mode="sequence_mask"`` with ``clip_max=3.0`` (no lower
     bound); verl's Seq-MIS preset uses [0.5, 2]. Metrics ``corr/mask_frac``, ``corr/silenced_adv_share/pos``, ...
+    ``batch_normalize``: divide the weights by their batch mean, as ``tis``.
     """
     level = corrections.check_level(level, what="mis")
     lo, hi = corrections.check_band(lo, hi, what="mis")
+    norm = _check_bool("batch_normalize", batch_normalize, what="mis")
     return _correction_term("mis", lambda i: corrections.mis(i.logp, i.old_logp, i.adv, i.mask, level=level, lo=lo, hi=hi,
-                                                             log_rho=i.rollout_log_ratio))  # fmt: skip
+                                                             batch_normalize=norm, log_rho=i.rollout_log_ratio,
+                                                             groups=i.row_groups))  # fmt: skip
 
 
-def _icepop(lo: float = 0.5, hi: float = 5.0) -> TermFn:
+@_hyperparameters_of(corrections.icepop)
+def _icepop(*, lo: float, hi: float) -> TermFn:
     """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp with [α, β] = [0.5, 5] (verl's
     ``bypass_pg_token_icepop``)."""
     lo, hi = corrections.check_band(lo, hi, what="icepop")
@@ -429,7 +482,8 @@ def _icepop(lo: float = 0.5, hi: float = 5.0) -> TermFn:
                                                                    log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
-def _m2po(tau: float = 0.04) -> TermFn:
+@_hyperparameters_of(corrections.m2po)
+def _m2po(*, tau: float) -> TermFn:
     """M2PO: ℓ = −M_it·r_it·Â_it (gradient through r = π_θ/π_old·ρ), M drops the tokens with the largest
     (log r)² until the mean (log r)² of the kept tokens of the batch is below τ (AReaL ``m2_threshold``).
 
@@ -440,25 +494,33 @@ def _m2po(tau: float = 0.04) -> TermFn:
                                                                log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
 
 
-def _decoupled(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: Optional[float] = None,
-               cap: float = 5.0, cap_mode: str = "mask") -> TermFn:  # fmt: skip
+@_hyperparameters_of(corrections.decoupled)
+def _decoupled(*, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float], cap: float,
+               cap_mode: str, prox_method: str) -> TermFn:  # fmt: skip
     """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old·ρ masked above C (``cap_mode="mask"``,
     AReaL's ``behav_imp_weight_cap``) or truncated at C (``"truncate"``, verl's decoupled mode).
 
     ``prox_logp`` (B, T), optional: the proximal policy's log-probs (the policy at the start of the
     update). Left out, π_prox is the current policy (logp detached): exact when a batch gets one
     optimizer step, as in respo's trainer, where r = 1 and ∇L = −agg[b·Â·∇logp].
+
+    ``prox_method="loglinear"``: AReaL's log-linear proximal policy instead, log π_prox = log π_old +
+    α·(log π_θ − log π_old), α = clamp((s − 1)/s, 0, 1), from the per-token ``staleness`` s (B, T), the
+    updates since the token was sampled (no proximal forward); a ``prox_logp`` passed too is compared
+    with it (``prox/abs_error``, ``prox/weight_error``).
     """
     low, high, c = corrections.check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="decoupled")
     cap = corrections.check_cap(cap, what="decoupled")
     mode = corrections.check_cap_mode(cap_mode, what="decoupled")
+    method = corrections.check_choice("prox_method", prox_method, corrections.PROX_METHODS, what="decoupled")
     return _correction_term("decoupled", lambda i: corrections.decoupled(
         i.logp, i.old_logp, i.adv, i.mask, prox_logp=i.extra.get("prox_logp"), clip_ratio_low=low,
-        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, log_rho=i.rollout_log_ratio))  # fmt: skip
+        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, prox_method=method, log_rho=i.rollout_log_ratio,
+        staleness=i.extra.get("staleness")))  # fmt: skip
 
 
-def _opsm(delta: float = 0.5, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-          clip_ratio_c: Optional[float] = None) -> TermFn:  # fmt: skip
+@_hyperparameters_of(corrections.opsm)
+def _opsm(*, delta: float, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float]) -> TermFn:
     """OPSM (DeepSeek-V3.2): ℓ = K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 whose mean per-token
     KL_i = mean_t(log π_old − log π_θ − log ρ) exceeds δ (TRL ``off_policy_mask_threshold``).
 
@@ -469,6 +531,123 @@ def _opsm(delta: float = 0.5, clip_ratio_low: float = 0.2, clip_ratio_high: floa
     return _correction_term("opsm", lambda i: corrections.opsm(
         i.logp, i.old_logp, i.adv, i.seq_adv, i.mask, delta=delta, clip_ratio_low=low, clip_ratio_high=high,
         clip_ratio_c=c, log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+@_hyperparameters_of(corrections.dppo_tv)
+def _dppo_tv(*, delta_low: float, delta_high: float, cap: float) -> TermFn:
+    """DPPO-Binary-TV (arXiv 2602.04879; verl ``dppo_tv``): ℓ = −M_it·sg(min(r, C))·ρ·Â·logp with
+    M_it = 0 where the sampled token's probability moved past δ in the direction the advantage pushes:
+    Â > 0 and π_θ − π_old > δ_h, or Â ≤ 0 and π_θ − π_old < −δ_l (probabilities, not the ratio).
+
+    Defaults δ_l = δ_h = 0.15 and C = 10⁴ (a truncation kept out of the way, the paper's advice) are
+    verl's DPPO recipe (``examples/dppo_trainer``: ``clip_ratio_low/high`` 0.15, ``clip_ratio_c`` 10000).
+    """
+    return _dppo("dppo_tv", corrections.dppo_tv, delta_low, delta_high, cap)
+
+
+@_hyperparameters_of(corrections.dppo_kl)
+def _dppo_kl(*, delta_low: float, delta_high: float, cap: float) -> TermFn:
+    """DPPO-Binary-KL (verl ``dppo_kl``): ``dppo_tv`` with the binary KL of the sampled token,
+    D = q·log(q/p) + (1 − q)·log((1 − q)/(1 − p)), p = π_θ, q = π_old: M_it = 0 where D > δ and the
+    probability moved in the advantage's direction. Defaults δ = 0.05 and C = 10⁴ (verl's DPPO recipe).
+    """
+    return _dppo("dppo_kl", corrections.dppo_kl, delta_low, delta_high, cap)
+
+
+def _dppo(name: str, fn: Callable, delta_low, delta_high, cap) -> TermFn:
+    lo = corrections.check_positive("delta_low", delta_low, what=name, allow_zero=True)
+    hi = corrections.check_positive("delta_high", delta_high, what=name, allow_zero=True)
+    cap = corrections.check_cap(cap, what=name)
+    return _correction_term(name, lambda i: fn(i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, cap=cap,
+                                               log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+#: The extra per-token inputs any objective reads (a composed objective passes its base's on).
+_EXTRA_INPUTS = ("prox_logp", "staleness")
+
+
+def _klrs(estimator: str = "k3", agg: str = "mean", threshold: float = 0.01, lower: Optional[float] = None,
+          veto: Optional[float] = None, base: str = "reinforce", base_kwargs: Optional[Mapping[str, object]] = None,
+          ) -> TermFn:  # fmt: skip
+    """KL-estimator rejection (verl's ``rollout_rs`` modes) composed with any objective ``base``.
+
+        s_it = k1: −log w | k2: (log w)²/2 | k3: w − 1 − log w,   log w = logp − old_logp (+ log ρ)
+        S = s_it (agg="token") or the row's mean, sum or max of s;  reject where S > threshold (k1: outside
+        [log lower, log threshold], the bounds being ratios, lower = 1/threshold by default), and every
+        token of a row with a token whose w < ``veto`` (the token-level veto of outliers; None: off)
+
+    The rejected tokens leave ``base``'s objective (its log W, its clip, its mask) and carry no loss or
+    gradient; the aggregation still counts them (a rejection is a weight of 0, as in ``mis``). Defaults:
+    verl's K3 preset (``seq_mean_k3``, threshold 0.01) on REINFORCE, verl's bypass mode with
+    ``loss_type="reinforce"``. ``base``/``base_kwargs``: any objective and its hyperparameters; its default
+    aggregation and extra inputs become this objective's. Metrics ``rs/masked_tokens``, ``rs/masked_seqs``,
+    ``rs/mask_frac/pos|neg``, ``rs/silenced_adv_share/pos|neg``, ``rs/kept_low_w_mass_share/pos|neg``.
+    """
+    what = "klrs"
+    est = corrections.check_choice("estimator", estimator, corrections.KL_ESTIMATORS, what=what)
+    agg = corrections.check_choice("agg", agg, corrections.KL_AGGS, what=what)
+    if est == "k1" and agg == "max":
+        raise ValueError("klrs: agg='max' is for k2 and k3 (a k1 maximum is not a divergence bound, as in verl)")
+    threshold = corrections.check_cap(threshold, what=what, name="threshold")
+    lower = None if lower is None else corrections.check_cap(lower, what=what, name="lower")
+    if lower is not None and (est != "k1" or not lower <= threshold):
+        raise ValueError(f"klrs: lower is a ratio bound of k1, <= threshold; got lower={lower} with estimator={est!r}, "
+                         f"threshold={threshold}")  # fmt: skip
+    veto = None if veto is None else corrections.check_cap(veto, what=what, name="veto")
+    if base == "klrs" or not isinstance(base, str):
+        raise ValueError(f"klrs: base must be the name of another objective, got {base!r}")
+    if base_kwargs is not None and not isinstance(base_kwargs, Mapping):
+        raise ValueError(f"klrs: base_kwargs must be a mapping of {base!r}'s hyperparameters, got {base_kwargs!r}")
+    inner = _build(base, _entry(base), None, dict(base_kwargs or {}))
+    keep_fn = functools.partial(corrections.kl_reject_keep, estimator=est, agg=agg, threshold=threshold, lower=lower,
+                                veto=veto)  # fmt: skip
+    return RejectionTerm(inner, keep_fn)
+
+
+@dataclass(frozen=True)
+class RejectionTerm:
+    """A rejection composed with a base objective's term: the kept tokens go to ``base``, the rest are
+    silenced (see ``_klrs``). Carries the base's default aggregation and extra inputs."""
+
+    base: "Objective"
+    keep: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (log_w (B, T), mask (B, T)) -> keep (B, T) bool
+
+    @property
+    def default_agg(self) -> str:
+        return self.base.default_agg
+
+    @property
+    def per_sequence(self) -> bool:
+        return self.base.per_sequence
+
+    @property
+    def inputs(self) -> Tuple[str, ...]:
+        return self.base.inputs
+
+    @property
+    def optional_inputs(self) -> Tuple[str, ...]:
+        return self.base.optional_inputs
+
+    def __call__(self, inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        with torch.no_grad():
+            log_w = corrections.token_log_weight(inputs.logp, inputs.old_logp, inputs.mask, inputs.rollout_log_ratio)
+            keep = self.keep(log_w, inputs.mask)  # (B, T) bool, within the mask
+            k = keep.to(inputs.mask.dtype)
+        kept = dataclasses.replace(inputs, mask=inputs.mask * k)
+        t = self.base.term(kept, log_ratio, rho)
+        if self.per_sequence:  # (B,) values: a row keeps its loss while it keeps a token
+            row = keep.any(dim=-1).to(t.values.dtype)
+            values, coef = t.values * row, t.coef * (row if t.coef.dim() == 1 else row.unsqueeze(-1))
+        else:  # a per-row coefficient (a sequence-weight base's φ_i) is spread over the row's kept tokens
+            values = torch.where(keep, t.values, torch.zeros_like(t.values))
+            coef = (t.coef.unsqueeze(-1) if t.coef.dim() == 1 else t.coef) * k
+        with torch.no_grad():
+            valid = inputs.mask > 0
+            corr = corrections.Correction(values, coef, torch.zeros_like(keep), valid & ~keep, "token", {})
+            coef_tok = coef if coef.dim() == 2 else coef.unsqueeze(-1).expand_as(log_w)
+            corr = dataclasses.replace(corr, coef=coef_tok)
+            diag = corrections.correction_diagnostics(corr, log_w, inputs.adv, inputs.seq_adv, inputs.mask, prefix="rs/")
+        return Term(values, coef, {**t.metrics, **diag})  # log W of the whole batch in the diagnostics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -502,9 +681,17 @@ _TABLE: Dict[str, _Entry] = {
     "mis": _Entry(_mis),
     "icepop": _Entry(_icepop),
     "m2po": _Entry(_m2po),
-    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp",)),
+    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp", "staleness")),
     "opsm": _Entry(_opsm),
+    "dppo_tv": _Entry(_dppo_tv),
+    "dppo_kl": _Entry(_dppo_kl),
+    "luspo": _Entry(_luspo, default_agg=SEQ_MEAN_TOKEN_SUM),
+    "klrs": _Entry(_klrs, optional_inputs=_EXTRA_INPUTS),
 }
+
+
+#: The factories whose term is a ``SequenceWeightTerm`` (two kernels, REINFORCE-shaped).
+_SEQUENCE_WEIGHT_FACTORIES = (_respo, _vespo, _reshaped, _topr, _reinforce)
 
 
 class UnknownObjectiveError(ValueError):
@@ -531,16 +718,14 @@ def _entry(name: str) -> _Entry:
         raise UnknownObjectiveError(name, sorted(_TABLE)) from None
 
 
+def _defaults(entry: _Entry) -> Dict[str, object]:
+    """The hyperparameters of ``entry``'s factory with their published defaults."""
+    return {p.name: p.default for p in inspect.signature(entry.factory).parameters.values()}
+
+
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
-    return {p.name: p.default for p in inspect.signature(_entry(name).factory).parameters.values()}
-
-
-def _check_names(name: str, hparams: Mapping[str, object]) -> None:
-    valid = hyperparameters(name)
-    unknown = sorted(set(hparams) - set(valid))
-    if unknown:
-        raise UnknownHyperparameterError(name, unknown, valid)
+    return _defaults(_entry(name))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -571,7 +756,7 @@ class Objective:
     @property
     def hyperparameters(self) -> Dict[str, object]:
         """Hyperparameter names of this objective with their published defaults."""
-        return hyperparameters(self.name)
+        return _defaults(_TABLE[self.name])
 
     def agg_mode(self, loss_agg_mode: Optional[str] = None) -> str:
         """The aggregation ``loss_agg_mode`` names, or the objective's default when None/empty (checked)."""
@@ -626,11 +811,12 @@ class Objective:
                 term.values, inputs.mask, mode,
                 global_tokens=global_tokens, global_seqs=global_seqs, loss_scale_factor=loss_scale_factor,
             )  # fmt: skip
+        count = stat_dtype(inputs.mask.dtype)  # counts and diagnostics in float32 for half inputs
         metrics: Metrics = {
             "loss": loss.detach(),
-            "bad_rows/nonfinite": inputs.n_nonfinite,
-            "bad_rows/empty": inputs.n_empty,
-            "n_tokens": inputs.mask.sum(),
+            "bad_rows/nonfinite": inputs.n_nonfinite.to(count),
+            "bad_rows/empty": inputs.n_empty.to(count),
+            "n_tokens": inputs.mask.to(count).sum(),
         }
         if diagnostics:
             log_w = _log_w(inputs) if term.log_w is None else term.log_w  # (B,)
@@ -658,10 +844,20 @@ def build_objective(name: str, *, loss_agg_mode: Optional[str] = None, **hparams
       ValueError: an unknown name or hyperparameter (the message lists the valid ones; the errors are
         ``UnknownObjectiveError`` and ``UnknownHyperparameterError``), a bad value or aggregation.
     """
-    entry = _entry(name)
-    _check_names(name, hparams)
-    objective = Objective(name, entry.factory(**hparams), entry.default_agg, entry.per_sequence, entry.default_agg,
-                          entry.inputs, entry.optional_inputs)  # fmt: skip
+    return _build(name, _entry(name), loss_agg_mode, hparams)
+
+
+def _build(name: str, entry: _Entry, loss_agg_mode: Optional[str], hparams: Mapping[str, object]) -> Objective:
+    """``build_objective`` with the table entry already looked up (once per build)."""
+    valid = _defaults(entry)
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        raise UnknownHyperparameterError(name, unknown, valid)
+    term = entry.factory(**hparams)
+    # a composed term (``RejectionTerm``) carries its base objective's aggregation and extra inputs
+    default_agg, per_sequence, inputs, optional = (getattr(term, k, getattr(entry, k)) for k in
+                                                   ("default_agg", "per_sequence", "inputs", "optional_inputs"))  # fmt: skip
+    objective = Objective(name, term, default_agg, per_sequence, default_agg, inputs, optional)
     mode = objective.agg_mode(loss_agg_mode)
     return objective if mode == objective.loss_agg_mode else dataclasses.replace(objective, loss_agg_mode=mode)
 
@@ -673,10 +869,11 @@ def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
     ``reshaped`` use (their factories); integrations that aggregate with their framework's own code
     (verl) call it too.
     """
-    known = [k for k, entry in _TABLE.items() if isinstance(entry.factory(), SequenceWeightTerm)]
-    if name not in known:
+    objective = build_objective(name, **hparams)
+    if objective.kernels is None:
+        known = [k for k, entry in _TABLE.items() if entry.factory in _SEQUENCE_WEIGHT_FACTORIES]
         raise ValueError(f"{name!r} is not a sequence-weight objective; known: {', '.join(known)}")
-    return build_objective(name, **hparams).kernels
+    return objective.kernels
 
 
 def policy_loss(
@@ -720,7 +917,7 @@ def policy_loss(
     entry = _entry(name)
     call_names = set(COMMON_KWARGS) | set(entry.inputs) | set(entry.optional_inputs)
     hparams = {k: kwargs.pop(k) for k in list(kwargs) if k not in call_names}
-    objective = build_objective(name, loss_agg_mode=loss_agg_mode, **hparams)
+    objective = _build(name, entry, loss_agg_mode, hparams)
     return objective(logp, old_logp, advantages, mask, **kwargs)
 
 

@@ -10,11 +10,12 @@ References:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
 
-LOG_W_CLAMP = 20.0
+LOG_W_CLAMP = 20.0  # |log w| bound before any exp (verl's SAFETY_BOUND)
 
 
 def sequence_log_ratio(
@@ -111,3 +112,44 @@ def fold_rollout_log_ratio(
     w_max = torch.where(keep, w.to(dtype), torch.full_like(log_rho, -big)).amax(dim=-1, keepdim=True)  # (B, 1)
     w_min = torch.where(keep, w.to(dtype), torch.full_like(log_rho, big)).amin(dim=-1, keepdim=True)  # (B, 1)
     return torch.where(w_max == w_min, log_rho / n_tok, log_rho), keep.to(dtype)
+
+
+@dataclass(frozen=True)
+class Clip:
+    """PPO's clipped per-token loss and where it cut (every (B, T) bool is detached).
+
+    loss: ℓ with grad; high: Â > 0 and r > 1+ε_h; low: Â < 0 and r < 1−ε_l; dual: Â < 0 and r > c (the
+    dual clip; all False without one); clipped: −Â·clip(r) > −Â·r (verl's ``pg_clipfrac``).
+    """
+
+    loss: torch.Tensor
+    high: torch.Tensor
+    low: torch.Tensor
+    dual: torch.Tensor
+    clipped: torch.Tensor
+
+    @property
+    def active(self) -> torch.Tensor:
+        """Where the gradient −Â·∇r flows (no cut)."""
+        return ~(self.high | self.low | self.dual)
+
+
+def ppo_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: float, c: Optional[float] = None) -> Clip:
+    """PPO's clip, with verl's dual clip for Â < 0 when ``c`` is set (the one implementation).
+
+        ℓ = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â);   Â < 0 and c set: ℓ = min(ℓ, −c·Â)
+
+    Args:
+      adv: (B, 1) or (B, T) advantages; ratio: (B, T) r with grad; low, high: ε_l, ε_h; c: dual clip or None.
+    """
+    l1 = -adv * ratio
+    l2 = -adv * ratio.clamp(1 - low, 1 + high)
+    loss = torch.maximum(l1, l2)
+    r = ratio.detach()
+    cut_high, cut_low = (adv > 0) & (r > 1 + high), (adv < 0) & (r < 1 - low)
+    if c is None:
+        dual = torch.zeros_like(cut_high)
+    else:
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * c), loss)
+        dual = (adv < 0) & (r > c)
+    return Clip(loss, cut_high, cut_low, dual, l2.detach() > l1.detach())

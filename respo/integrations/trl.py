@@ -16,13 +16,18 @@ respo's types it recomputes the per-token log-probs with TRL's own
     topr, reinforce,
     reshaped
     respo_<name>          <name>, for the names TRL also has (respo_vespo, respo_grpo,
-                          respo_cispo, respo_sapo), so TRL's own versions stay reachable
+                          respo_cispo, respo_sapo, respo_luspo), so TRL's own versions stay reachable
 
-The staleness corrections TRL lacks run the same way: ``loss_type="m2po"`` (M2PO) and
-``loss_type="decoupled"`` (decoupled PPO; one optimizer step sees one accumulation window, so the
-proximal policy is the current one and ``prox_logp`` is left to the core's default). TRL has TIS and
-MIS itself (``vllm_importance_sampling_mode``, on π_old/π_vLLM) and OPSM (``off_policy_mask_threshold``,
-which respo's ``opsm`` reproduces: tests/test_integration_trl.py); docs/method.md maps them.
+The staleness corrections and objectives TRL lacks run the same way: ``loss_type="m2po"`` (M2PO),
+``"decoupled"`` (decoupled PPO; one optimizer step sees one accumulation window, so the proximal policy
+is the current one and ``prox_logp`` is left to the core's default; AReaL's ``prox_method="loglinear"``
+needs token versions TRL does not record and is refused), ``"dppo_tv"``/``"dppo_kl"`` (DPPO), ``"klrs"``
+(KL-estimator rejection on any base objective, ``respo_hparams={"base": ..., "base_kwargs": ...}``), and
+``"tis"``/``"mis"`` with ``{"batch_normalize": true}`` (normalised within each micro-batch: the objective
+is called once per micro-batch). TRL has TIS and MIS itself (``vllm_importance_sampling_mode``, on
+π_old/π_vLLM), OPSM (``off_policy_mask_threshold``, which respo's ``opsm`` reproduces) and LUSPO
+(``loss_type="luspo"``, which respo's ``respo_luspo`` reproduces: tests/test_integration_trl.py);
+docs/method.md maps them.
 
 Normalisation follows TRL's ``dapo``: ``token-mean`` divides by the token count of the whole
 accumulation window (``num_items_in_batch / num_processes · grad_accum / steps_per_generation``),
@@ -148,8 +153,18 @@ class RespoGRPOConfig(GRPOConfig):
         if objective == "respo":
             hparams = {"pos": tuple(float(x) for x in self.respo_pos), "neg": tuple(float(x) for x in self.respo_neg)}
         hparams.update(extra)
-        respo.build_objective(objective, **hparams)  # unknown names (listing the valid ones) and bad values raise
+        built = respo.build_objective(objective, **hparams)  # unknown names (listing the valid ones) and bad values raise
+        if "staleness" in built.inputs or _loglinear(objective, hparams):
+            raise ValueError(f"loss_type={self.loss_type!r}: prox_method='loglinear' needs each token's policy version, "
+                             "which TRL does not record; use the default prox_method='given'")  # fmt: skip
         return hparams
+
+
+def _loglinear(objective: str, hparams: dict[str, Any]) -> bool:
+    """Whether the objective (or a rejection's base) asks for AReaL's log-linear π_prox, which needs versions."""
+    if objective == "klrs":
+        return _loglinear(hparams.get("base", "reinforce"), dict(hparams.get("base_kwargs") or {}))
+    return objective == "decoupled" and hparams.get("prox_method") == "loglinear"
 
 
 def fold_importance_sampling_ratio(

@@ -232,7 +232,8 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 # -- update: one optimizer step on the objective; policy version v -> v + 1
                 with timed(rec, "train"):
                     metrics, old_logp = update_step(model, state.optimizer, state.scheduler, batch, cfg,
-                                                    on_policy=mb.on_policy, objective=run.objective)
+                                                    on_policy=mb.on_policy, objective=run.objective,
+                                                    version=state.version)
                 rec.update(metrics)
                 rec.update(batch_metrics(batch, old_logp, state.version))
                 state.dropped += rec.get("dropped", 0)

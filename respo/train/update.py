@@ -29,7 +29,7 @@ def run_objective(cfg: TrainConfig) -> Objective:
 
 
 def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, on_policy: bool = False,
-                objective: Objective | None = None) -> tuple[dict[str, Any], torch.Tensor]:
+                objective: Objective | None = None, version: int | None = None) -> tuple[dict[str, Any], torch.Tensor]:
     """One optimizer step on one mini-batch (gradient accumulation over micro-batches).
 
     ``objective``: the run's objective (`run_objective`; built from ``cfg`` when not given).
@@ -41,7 +41,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     An objective that reads the proximal policy's log-probs (``decoupled``'s ``prox_logp``) gets the
     detached training forward: π_prox is the policy at the start of this update, and one optimizer step
     per mini-batch, taken after every micro-batch's forward, leaves it the policy being differentiated,
-    so its log-probs are this forward (bitwise a recomputation) and cost no extra forward pass.
+    so its log-probs are this forward (bitwise a recomputation) and cost no extra forward pass. One that
+    reads ``staleness`` (decoupled's ``prox_method="loglinear"``) gets ``version − batch.version`` per row,
+    ``version`` being the learner's current policy version.
 
     A step whose loss or gradient norm is not finite is not applied: no optimizer step (weights and AdamW moments
     unchanged), no scheduler step, the gradients dropped; its metrics hold ``skipped = 1``.
@@ -64,6 +66,9 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     router_now = []  # MoE: the experts the current router picks, per micro-batch
     objective = run_objective(cfg) if objective is None else objective
     takes_prox = "prox_logp" in objective.inputs + objective.optional_inputs
+    stale = None  # (S, T) updates since each row was sampled, for an objective that reads it
+    if version is not None and "staleness" in objective.inputs + objective.optional_inputs:
+        stale = (version - batch.version).to(batch.mask.dtype).unsqueeze(-1).expand_as(batch.mask)
     ranges = micro_batches(batch.mask, batch.response_start, cfg)
     correcting = cfg.rollout_correction != "off"
     log_rho_all = torch.zeros(S, T) if correcting else None  # (S, T) the correction, for the diagnostics
@@ -79,6 +84,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         if mb.routing is not None:
             router_now.append(routing.current(length=mb.input_ids.shape[1]).cpu())
         prox = {"prox_logp": logp.detach()} if takes_prox else {}  # π_prox: the policy before this update's step
+        if stale is not None:
+            prox["staleness"] = stale[i:j, :t].to(device)
         corr = {}
         if correcting:  # ρ = π_trainer/π_engine on these rows, folded into the loss as its own factor
             log_rho, kept = _rollout_correction(old_logp[i:j, :t], mb.behaviour_logp, mb.mask, cfg)
@@ -106,7 +113,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     with torch.no_grad():
         corr = {"rollout_log_ratio": log_rho_all, "nan_policy": "mask"} if correcting else {}
         _, diag = objective(logp_all, old_logp, batch.adv, kept_all, row_groups=groups,
-                            **({"prox_logp": logp_all} if takes_prox else {}), **corr)
+                            **({"prox_logp": logp_all} if takes_prox else {}),
+                            **({"staleness": stale} if stale is not None else {}), **corr)
     out = {"loss": loss_total, "grad_norm": grad_norm.cpu(), "lr": lr, "entropy": ent_sum / global_tokens.clamp_min(1),
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     if not applied:

@@ -1,6 +1,6 @@
 """respo's objectives as verl policy losses. Importing this module registers them.
 
-    import respo.integrations.verl          # registers respo, vespo, topr, reinforce, reshaped, m2po, opsm
+    import respo.integrations.verl          # registers respo, vespo, topr, reinforce, reshaped, m2po, opsm, luspo
     actor_rollout_ref.actor.policy_loss.loss_mode=respo
 
 Every registered loss is REINFORCE-shaped with a detached sequence coefficient computed by
@@ -68,8 +68,14 @@ core's ``opsm_keep``: K_i = 0 for Â_i < 0 whose mean per-token KL_i = mean_t(lo
 exceeds δ (``+actor_rollout_ref.actor.policy_loss.opsm_delta``, default 0.5). verl's rejection sampling
 (``rollout_rs``) rejects by KL whatever the advantage sign, so it is not OPSM.
 
+LUSPO (TRL's length-unbiased GSPO), which verl 0.9.1 lacks, is registered as ``loss_mode=luspo``
+(``luspo_policy_loss``): the core's ``luspo`` term with the actor's ``clip_ratio_low``/``clip_ratio_high``,
+aggregated by verl's ``agg_loss`` in ``seq-mean-token-sum`` (set ``actor.loss_agg_mode=seq-mean-token-sum``;
+another mode is refused, as it would not be LUSPO).
+
 The other staleness corrections verl ships itself (``algorithm.rollout_correction``: TIS, MIS/rejection,
-IcePop, decoupled mode); docs/method.md maps respo's names onto verl's settings.
+IcePop, decoupled mode, the KL-estimator rejection ``rollout_rs`` and ``rollout_is_batch_normalize``) and
+DPPO (``loss_mode=dppo_tv|dppo_kl``); docs/method.md maps respo's names onto verl's settings.
 
 Metrics: verl's keys (``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``; verl
 adds ``actor/pg_loss``) and the core's weight diagnostics under ``respo/`` (``respo/log_w/p10``,
@@ -107,8 +113,9 @@ from respo import (
     weight_diagnostics,
 )
 from respo.core import corrections
+from respo.core.checks import check_inputs
 from respo.core.kernels import Kernel
-from respo.core.ratios import LOG_W_CLAMP, ROLLOUT_LEVELS
+from respo.core.ratios import LOG_W_CLAMP, ROLLOUT_LEVELS, token_log_ratio
 
 __all__ = [
     "OBJECTIVES",
@@ -116,6 +123,7 @@ __all__ = [
     "RespoPolicyLossConfig",
     "fold_rollout_is_weights",
     "kernels_for",
+    "luspo_policy_loss",
     "m2po_policy_loss",
     "opsm_policy_loss",
     "register",
@@ -126,8 +134,9 @@ __all__ = [
 #: respo's REINFORCE-shaped objectives offered to verl (verl 0.9.1 has none of them): the core's
 #: objectives made of two kernels.
 OBJECTIVES = tuple(name for name in CORE_OBJECTIVES if build_objective(name).kernels is not None)
-#: staleness corrections verl 0.9.1 does not ship (it has TIS, MIS, IcePop and decoupled PPO itself).
-CORRECTIONS = ("m2po", "opsm")
+#: staleness corrections and objectives verl 0.9.1 does not ship (it has TIS, MIS, IcePop, decoupled PPO, the
+#: KL-estimator rejection (``rollout_rs``), batch-normalised IS weights and DPPO (``dppo_tv``, ``dppo_kl``) itself).
+CORRECTIONS = ("m2po", "opsm", "luspo")
 M2PO_TAU = hyperparameters("m2po")["tau"]  # AReaL's m2_threshold
 OPSM_DELTA = hyperparameters("opsm")["delta"]  # TRL's documented off_policy_mask_threshold example
 ROLLOUT_IS_LEVELS = ROLLOUT_LEVELS
@@ -381,6 +390,43 @@ def opsm_policy_loss(
     return pg_loss, metrics
 
 
+LUSPO_AGG = "seq-mean-token-sum"
+
+
+def luspo_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy loss for LUSPO: the core's ``luspo`` term (GSPO's clip of the length-normalised sequence
+    ratio, s not clamped) with the actor's ``clip_ratio_low``/``clip_ratio_high``, times ``rollout_is_weights``
+    as verl weighs its own losses, aggregated by verl's ``agg_loss`` in ``seq-mean-token-sum``: each
+    sequence's loss scaled by its length. Another ``actor.loss_agg_mode`` is refused (it would not be LUSPO).
+    Metrics: ``actor/pg_clipfrac`` (the share of tokens whose sequence ratio was clipped), ``actor/ppo_kl``.
+    """
+    if loss_agg_mode != LUSPO_AGG:
+        raise ValueError(f"loss_mode=luspo aggregates {LUSPO_AGG!r} (the length-unbiased sum per sequence); set "
+                         f"actor_rollout_ref.actor.loss_agg_mode={LUSPO_AGG}, got {loss_agg_mode!r}")  # fmt: skip
+    low = _get(config, "clip_ratio_low", None)
+    high = _get(config, "clip_ratio_high", None)
+    clip = _get(config, "clip_ratio", hyperparameters("luspo")["clip_ratio_low"])
+    objective = build_objective("luspo", clip_ratio_low=clip if low is None else low, clip_ratio_high=clip if high is None else high)
+    m = response_mask.to(log_prob.dtype)
+    inputs = check_inputs(log_prob, old_log_prob, advantages, m)
+    term = objective.term(inputs, token_log_ratio(inputs.logp, inputs.old_logp), None)
+    pg_losses = term.values if rollout_is_weights is None else term.values * rollout_is_weights
+    batch_info = dict(getattr(config, "global_batch_info", None) or {})
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info)
+    log_r = corrections.token_log_weight(log_prob, old_log_prob, m)
+    metrics = {"actor/pg_clipfrac": term.metrics["clipfrac"], "actor/pg_clipfrac_lower": term.metrics["clipfrac_low"],
+               "actor/ppo_kl": -log_r.sum() / m.sum().clamp(min=1)}  # fmt: skip
+    return pg_loss, _float_metrics(metrics)
+
+
 def verl_name(objective: str) -> str:
     """The registry name our ``objective`` gets: itself, or ``respo_<objective>`` if verl has that name."""
     fn = POLICY_LOSS_REGISTRY.get(objective)
@@ -398,7 +444,7 @@ def register() -> dict[str, str]:
     for objective in OBJECTIVES + CORRECTIONS:
         name = verl_name(objective)
         if objective in CORRECTIONS:
-            base = {"m2po": m2po_policy_loss, "opsm": opsm_policy_loss}[objective]
+            base = {"m2po": m2po_policy_loss, "opsm": opsm_policy_loss, "luspo": luspo_policy_loss}[objective]
             fn = functools.partial(base)
             functools.update_wrapper(fn, base)
         else:
