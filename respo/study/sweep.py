@@ -59,7 +59,7 @@ from respo.runtime.precision import device_problem
 from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, objective_label, run_name
 from respo.train.checkpoint import latest_checkpoint
 from respo.train.rundir import RESUMABLE
-from respo.train.config import ConfigError
+from respo.train.config import ConfigError, rule
 
 __all__ = ["RunSpec", "PRESETS", "plan", "run_name", "run_sweep", "objective_label", "main", "add_arguments",
            "BASE_CONFIG", "ABLATION_KERNELS"]
@@ -356,9 +356,10 @@ def _clear_stale_lock(run_dir: Path) -> None:
 
 
 #: Settings that may differ between a finished run and a sweep that would reuse it: `RESUMABLE`
-#: (the ones `respo train --resume` accepts) and where it runs (not part of a run's name).
-#: ``eval_before`` too: a sweep turns it off for runs whose starting policy it measured itself (`_prewarm`).
-REUSABLE = (*RESUMABLE, "device", "eval_before")
+#: (the ones `respo train --resume` accepts) and those marked ``"reusable"`` in their `TrainConfig`
+#: field's metadata: where it runs (not part of a run's name) and ``eval_before`` (a sweep turns it off
+#: for runs whose starting policy it measured itself, `_prewarm`).
+REUSABLE = (*RESUMABLE, *rule("reusable"))
 
 
 def _changed_settings(specs: list[RunSpec], runs_dir: Path, base_config: Path, threads: int) -> dict[str, dict]:
@@ -394,8 +395,9 @@ def _update_manifest(sweep_dir: Path, invocation: dict, specs: list[RunSpec]) ->
     write_text_atomic(path, json.dumps(manifest, indent=1))
 
 
-#: The settings a held-out evaluation depends on besides the policy (and the fixed EVAL_SEED / EVAL_TEMPERATURE).
-PROTOCOL_FIELDS = ("eval_prompts", "eval_k", "max_new_tokens", "prompt_format", "dtype")
+#: The settings a held-out evaluation depends on besides the policy (and the fixed EVAL_SEED / EVAL_TEMPERATURE):
+#: those marked ``"protocol"`` in their `TrainConfig` field's metadata.
+PROTOCOL_FIELDS = tuple(rule("protocol"))
 
 
 def eval_protocol(settings: dict, device: str) -> dict:

@@ -70,6 +70,7 @@ from respo.errors import RespoError
 from respo.fileio import write_text_atomic
 from respo.study.aggregate import Run, early_max, greedy_acc, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
     pooled_low_fraction, run_mean
+from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
@@ -212,9 +213,9 @@ def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
     return rows, {c for c in COLUMNS if c not in header}
 
 
-#: What makes two finished rows the same seed of the same run: counted twice, it would be pooled as two seeds.
-_SEED_KEY = ("model", "task", "task_kwargs", "objective", "loss_agg_mode", "reuse", "group_size", "B", "lr", "seed",
-             "routing_replay", "updates")
+#: What makes two finished rows the same seed of the same run (counted twice, it would be pooled as two seeds):
+#: the runs.csv columns named by ``"seed_key"`` in the `TrainConfig` fields' metadata.
+_SEED_KEY = tuple(dict.fromkeys(rule("seed_key").values()))
 
 
 def _check_duplicates(rows: Sequence[dict], where: Sequence[str]) -> None:

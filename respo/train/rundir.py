@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping
 from respo.errors import RespoError
 from respo.fileio import write_text_atomic
 from respo.train.checkpoint import latest_checkpoint
+from respo.train.config import rule
 
 __all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
            "prepare_run_dir", "lock_run_dir", "resume_changes", "check_resume", "finished", "resumed_entries",
@@ -36,12 +37,11 @@ RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", 
 #: What describes a run's end (the CLI and the demo add report.md and curve.png); removed when a resumed
 #: run goes on past it.
 ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
-#: Settings a resumed run may change: they change neither the weights nor the per-update records
-#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records).
-#: Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
-#: part of the experiment.
-RESUMABLE = ("updates", "out_dir", "cache_dir", "progress", "tensorboard", "checkpoint_every", "keep_checkpoints",
-             "eval_every")
+#: Settings a resumed run may change (``"resumable"`` in their `TrainConfig` field's metadata): they change
+#: neither the weights nor the per-update records (evaluation draws from its own generator, so
+#: ``eval_every`` only adds or removes eval records). Every other setting, ``threads`` included (the
+#: thread count changes CPU floating-point sums), is part of the experiment.
+RESUMABLE = tuple(rule("resumable"))
 
 
 class RunDirError(RespoError, RuntimeError):
