@@ -453,3 +453,17 @@ def test_an_update_mixing_staleness_levels_is_in_no_entry(tmp_path):
     assert row["staleness:kl_k3"] == pytest.approx([0.0, 0.1, 0.3])
     assert row["staleness:entropy"] == pytest.approx([0.6, 0.4, 0.4])
     assert row["seconds_per_update"] == pytest.approx(64 / 6)
+
+
+def test_the_study_floor_imports_nothing_from_the_cli():
+    """No arrow from respo/study up to respo.cli: `respo table fill` parses its blocks with the study's own
+    parsers."""
+    import ast
+
+    study = Path(__file__).resolve().parents[1] / "respo" / "study"
+    for path in study.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "respo.cli" or n.startswith("respo.cli.") for n in names), path.name

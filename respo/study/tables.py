@@ -1,4 +1,5 @@
-"""``runs.csv`` (one row per run) and the study tables built from it: ``respo table calib|headline``.
+"""``runs.csv`` (one row per run) and every study table built from it: ``respo table KIND`` and the
+tables of ``respo report`` (which lays them out with its figures and prose; it computes no number itself).
 
 A row holds a run's coordinates and the numbers every table aggregates (`COLUMNS`). It is computed
 from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo report` wrote
@@ -68,8 +69,8 @@ from typing import Iterable, Sequence
 
 from respo.errors import RespoError
 from respo.fileio import write_text_atomic
-from respo.study.aggregate import Run, early_max, greedy_acc, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
-    pooled_low_fraction, run_mean
+from respo.study.aggregate import Run, best_per_column, early_max, fmt_cell, greedy_acc, late_mean, load_runs, \
+    mean_std, nanmean, pass_at_1, pooled_low_fraction, run_mean
 from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
@@ -274,8 +275,9 @@ def _ci(w) -> str:
     return "—" if math.isnan(w.ci_low) else f"[{w.ci_low:+.3f}, {w.ci_high:+.3f}]"
 
 
-def _f(x: float, digits: int = 3) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+def _f(x: float, digits: int = 3, *, blank: str = "—") -> str:
+    """``x`` with ``digits`` decimals; ``blank`` for a missing or non-finite value."""
+    return blank if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
 def _absent_note(absent: set[str], used: Iterable[str]) -> list[str]:
@@ -489,8 +491,90 @@ def regime_table(inputs: Sequence[tuple[int, list[dict], set[str]]]) -> list[str
     return out + _absent_note(absent_all, cols)
 
 
+# ---- the study report's tables: `respo report` lays them out with its figures and prose ----------
+
+def group_rows(rows: Iterable[dict], keys: Sequence[str]) -> dict[tuple, list[dict]]:
+    """Finished rows grouped by the given columns (e.g. ("objective", "reuse"))."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["finished"]:
+            out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def column_cells(groups: dict[tuple, list[dict]], col: str) -> dict[tuple, list[float]]:
+    """``{key: [row[col] for each row of the group]}``: one value per seed, for `cell_table`."""
+    return {k: [r[col] for r in rs] for k, rs in groups.items()}
+
+
+def cell_table(labels: Sequence, cols: Sequence, cells: dict[tuple, list[float]], *, col_name=str,
+               row_head: str = "objective", digits: int = 3, higher: bool = True,
+               suffix: dict | None = None) -> list[str]:
+    """Markdown table of mean ± std (n) over the values of each (label, col) cell, the best mean per
+    column in bold (`respo.study.aggregate.fmt_cell`); ``suffix`` appends text to a cell."""
+    stats = {k: mean_std(v) for k, v in cells.items()}
+    best = best_per_column({k: st[0] for k, st in stats.items()}, higher=higher)
+    out = ["| " + row_head + " | " + " | ".join(col_name(c) for c in cols) + " |", "|---|" + "---|" * len(cols)]
+    for label in labels:
+        line = []
+        for c in cols:
+            m, sd, n = stats.get((label, c), (math.nan, math.nan, 0))
+            line.append(fmt_cell(m, sd, n, digits=digits, bold=(label, c) in best) + (suffix or {}).get((label, c), ""))
+        out.append(f"| {label} | " + " | ".join(line) + " |")
+    return out
+
+
+def means_row(head: Sequence, rows: Sequence[dict], cols: Sequence[str], digits: Sequence[int]) -> str:
+    """One markdown line: the ``head`` cells, then per column the mean over ``rows`` of the finite values
+    (``–`` where none), with ``digits`` decimals per column."""
+    return ("| " + " | ".join(map(str, head)) + " | "
+            + " | ".join(_f(nanmean(r[c] for r in rows), d, blank="–") for c, d in zip(cols, digits)) + " |")
+
+
+def best_lr_cells(groups: dict[tuple, list[dict]], objs: Sequence[str], ns: Sequence[int],
+                  lrs: Sequence[float]) -> tuple[dict[tuple, list[float]], dict[tuple, float]]:
+    """Per (objective, N) the late means of the seeds at the learning rate with the highest mean late
+    mean (``groups`` keyed by (objective, N, lr)), and that learning rate."""
+    cells, best = {}, {}
+    for o in objs:
+        for n in ns:
+            cands = [(mean_std([r["late_mean"] for r in groups[(o, n, x)]])[0], x) for x in lrs if (o, n, x) in groups]
+            cands = [(v, x) for v, x in cands if math.isfinite(v)]
+            if cands:
+                _, x = max(cands)
+                cells[(o, n)] = [r["late_mean"] for r in groups[(o, n, x)]]
+                best[(o, n)] = x
+    return cells, best
+
+
+def runs_table(rows: Sequence[dict]) -> list[str]:
+    """One line per run (any runs, not only a study grid): coordinates, updates logged, late mean, early
+    max and held-out pass@1."""
+    out = ["| run | objective | N | lr | seed | updates | late mean | early max | held-out pass@1 |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| `{r['run']}` | {r['objective']} | {r['reuse']} | {r['lr']} | {r['seed']} | "
+                   f"{r['updates_logged']}{'' if r['finished'] else ' (unfinished)'} | {_f(r['late_mean'], blank='–')} | "
+                   f"{_f(r['early_max'], blank='–')} | {_f(r['pass@1'], blank='–')} |")
+    return out
+
+
 #: The commands a ``fill`` block may run: their output is a markdown table.
 FILL_COMMANDS = ("table", "recommend")
+
+
+def _fill_parser() -> argparse.ArgumentParser:
+    """The command lines a ``fill`` block may run (`FILL_COMMANDS`), parsed as ``respo table`` and ``respo
+    recommend`` parse them."""
+    from respo.study import recommend
+
+    parser = argparse.ArgumentParser(prog="respo")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_arguments(sub.add_parser("table"))
+    sub.choices["table"].set_defaults(func=run)
+    recommend.add_arguments(sub.add_parser("recommend"))
+    sub.choices["recommend"].set_defaults(func=recommend.run)
+    return parser
 
 
 def fill(path: Path) -> int:
@@ -498,8 +582,6 @@ def fill(path: Path) -> int:
     CMD one of `FILL_COMMANDS` (module docstring); returns how many blocks were filled."""
     import contextlib
     import shlex
-
-    from respo.cli import build_parser
 
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
@@ -523,7 +605,7 @@ def fill(path: Path) -> int:
         buf, err = io.StringIO(), io.StringIO()
         try:
             with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-                args = build_parser().parse_args(argv)
+                args = _fill_parser().parse_args(argv)
                 args.func(args)
         except SystemExit:
             raise TableError(f"{path}: line {i}: bad arguments: respo {' '.join(argv)}") from None
