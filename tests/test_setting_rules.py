@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from respo.study import sweep, tables
+from respo.study import baseline, grid, tables
 from respo.train import rundir
 from respo.train.config import RULES, TrainConfig, rule
 
@@ -18,13 +18,13 @@ def test_resumable_is_the_hand_written_set():
 
 
 def test_reusable_is_resumable_plus_device_and_eval_before():
-    assert set(sweep.REUSABLE) == set(rundir.RESUMABLE) | {"device", "eval_before"}
-    assert len(sweep.REUSABLE) == 10
+    assert set(grid.REUSABLE) == set(rundir.RESUMABLE) | {"device", "eval_before"}
+    assert len(grid.REUSABLE) == 10
 
 
 def test_protocol_fields_are_the_hand_written_set():
-    assert set(sweep.PROTOCOL_FIELDS) == {"eval_prompts", "eval_k", "max_new_tokens", "prompt_format", "dtype"}
-    assert len(sweep.PROTOCOL_FIELDS) == 5
+    assert set(baseline.PROTOCOL_FIELDS) == {"eval_prompts", "eval_k", "max_new_tokens", "prompt_format", "dtype"}
+    assert len(baseline.PROTOCOL_FIELDS) == 5
 
 
 def test_seed_key_is_the_hand_written_set_of_runs_csv_columns():

@@ -18,7 +18,8 @@ from respo.study.aggregate import (Run, best_per_column, early_max, fmt_cell, la
                                    pass_at_1, pooled_low_fraction, run_mean)
 from respo.study.plots import kernel_coefficients, logw_samples_from_quantiles
 from respo.study.report import build_report
-from respo.study.sweep import ABLATION_KERNELS, objective_label, plan, run_name
+from respo.study.grid import plan
+from respo.study.names import ABLATION_KERNELS, objective_label, run_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -331,7 +332,8 @@ def test_sweep_resumes_from_a_checkpoint_and_restarts_a_run_killed_before_its_fi
     # A run with a checkpoint continues (--resume); one killed before its first checkpoint left only
     # partial records, which cannot be continued, so it starts again (--overwrite) instead of being
     # refused as a used directory on every relaunch.
-    from respo.study.sweep import RunSpec, train_command
+    from respo.study.grid import RunSpec
+    from respo.study.supervise import train_command
 
     spec = RunSpec(name="r", overrides={"lr": 1e-4})
     run = tmp_path / "r"
@@ -397,7 +399,8 @@ def test_runs_csv_long_study_columns(tmp_path):
 
 
 def test_long_presets_plan_their_grids():
-    from respo.study.sweep import LONG_KERNELS, LONG_LR
+    from respo.study.grid import LONG_LR
+    from respo.study.names import LONG_KERNELS
 
     main = plan("long-main", _args())
     labels = {"grpo", "vespo", "respo", "respo+/vespo-", "respo+/respo0-"}

@@ -51,10 +51,10 @@ class TrainConfig:
       (`respo.train.rundir.RESUMABLE`).
     - ``"reusable": True``: a sweep reuses a finished run made with another value of it (where the run
       ran, or a before-RL evaluation the sweep measured once for all its runs); resumable settings are
-      reusable too (`respo.study.sweep.REUSABLE`).
+      reusable too (`respo.study.grid.REUSABLE`).
     - ``"protocol": True``: the held-out evaluation depends on it besides the policy, so a before-RL
       evaluation measured under another value does not stand for the run's
-      (`respo.study.sweep.PROTOCOL_FIELDS`).
+      (`respo.study.baseline.PROTOCOL_FIELDS`).
     - ``"seed_key": COLUMN``: the runs.csv column that records it; two finished rows equal in every such
       column are the same seed of the same run, which a table may count only once
       (`respo.study.tables._SEED_KEY`).
