@@ -1,6 +1,7 @@
 """What a sweep is: its runs (`RunSpec`: a name and the config fields it overrides), the presets'
 grids (`PRESETS`, the study's named grids), `plan` (a preset and the command line's dimensions -> the
-runs, in launch order) and which recorded settings a sweep may reuse a run across (`REUSABLE`,
+runs, in launch order), `check_grid` (every run of a grid validated as `respo train` validates it, before
+anything is written) and which recorded settings a sweep may reuse a run across (`REUSABLE`,
 `changed_settings`).
 
 A run is identified by its grid coordinates only (`respo.study.names.run_name`), so presets that share a
@@ -24,7 +25,8 @@ from respo.train.config import ConfigError, rule
 from respo.train.rundir import RESUMABLE
 
 __all__ = ["RunSpec", "Preset", "PRESETS", "plan", "BASE_CONFIG", "MAIN_OBJECTIVES", "MOE_MODEL", "LONG_LR",
-           "LONG_MAIN_OBJECTIVES", "LONG_NEGATIVE_OBJECTIVES", "REUSABLE", "changed_settings", "finished"]
+           "LONG_MAIN_OBJECTIVES", "LONG_NEGATIVE_OBJECTIVES", "REUSABLE", "changed_settings", "check_grid",
+           "finished"]
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "study" / "base.toml"
 MAIN_OBJECTIVES = ("grpo", "gspo", "vespo", "respo")
@@ -165,7 +167,7 @@ def _long_objectives(names: Iterable[str]) -> list[dict]:
     for n in names:
         label, _, agg = n.partition("@")
         if agg and agg not in AGG_MODES:
-            raise ValueError(f"objective {n!r}: unknown loss_agg_mode {agg!r}; choose one of {', '.join(AGG_MODES)}")
+            raise ConfigError(f"objective {n!r}: unknown loss_agg_mode {agg!r}; choose one of {', '.join(AGG_MODES)}")
         if label in LONG_KERNELS:
             pos, neg = LONG_KERNELS[label]
             obj = {"objective": "reshaped", "objective_kwargs": {"pos_kernel": pos, "neg_kernel": neg}}
@@ -197,7 +199,7 @@ PRESETS.update({
 def plan(preset: str, args: argparse.Namespace) -> list[RunSpec]:
     """The runs of ``preset`` (with the budget override) as `RunSpec`s, in launch order."""
     if preset not in PRESETS:
-        raise ValueError(f"unknown sweep preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown sweep preset {preset!r}; choose one of {', '.join(PRESETS)}")
     p = PRESETS[preset]
     updates = args.updates or p.updates
     specs, seen = [], set()
@@ -248,3 +250,41 @@ def changed_settings(specs: list[RunSpec], runs_dir: Path, base_config: Path, th
         if diff:
             out[s.name] = diff
     return out
+
+
+def _one_line(err: Exception) -> str:
+    """An error's message on one line (a config with several problems lists them on separate lines)."""
+    return "; ".join(part.strip(" -") for part in str(err).splitlines() if part.strip(" -"))
+
+
+def check_grid(specs: list[RunSpec], base_config: str | Path, *, jobs: int, threads: int, device: str = "cpu",
+               sweep_dir: str | Path | None = None) -> None:
+    """Check, before anything is written, that the sweep can run as asked: ``jobs`` and ``threads`` >= 1, the
+    device usable, ``sweep_dir`` a directory (or creatable as one), and every run's settings (the base config
+    with the run's overrides, threads and device) valid as `respo train` validates them
+    (`respo.train.config.load_config`: known fields, values, objective, task).
+
+    Raises:
+        ConfigError: one line naming each problem, and for a run's problem the runs that have it (one of
+            them by name).
+    """
+    from respo.fileio import dir_problem
+    from respo.runtime.tasks.base import TaskError
+    from respo.train.config import load_config
+
+    problems = [f"--{name} must be >= 1, got {value}" for name, value in (("jobs", jobs), ("threads", threads))
+                if value < 1]
+    problems += [p for p in (device_problem(device),
+                             sweep_dir is not None and dir_problem(sweep_dir, "sweep directory", "--out")) if p]
+    if problems:
+        raise ConfigError("; ".join(problems))
+    bad: dict[str, list[str]] = {}  # problem -> the runs that have it
+    for s in specs:
+        try:
+            load_config(base_config, {**s.overrides, "threads": threads, "device": device})
+        except (ConfigError, TaskError) as err:
+            bad.setdefault(_one_line(err), []).append(s.name)
+    if bad:
+        said = "; ".join(f"{len(names)} of the {len(specs)} run(s), e.g. {names[0]}: {problem}"
+                         for problem, names in bad.items())
+        raise ConfigError(f"the sweep cannot run as asked (nothing was written): {said}")

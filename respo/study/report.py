@@ -28,13 +28,13 @@ from typing import Iterable
 
 from respo.core.objectives import hyperparameters
 from respo.errors import RespoError
-from respo.fileio import write_text_atomic
+from respo.fileio import dir_problem, write_text_atomic
 from respo.study.aggregate import STARVATION_KEYS, Run, fmt_cell, load_runs, mean_std
 from respo.study.paper import paper_figure
 from respo.study.tables import (best_lr_cells, cell_table, column_cells, group_rows, means_row, run_row, runs_table,
                                 write_runs_csv)
 
-__all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "OVERLAY_MAX_RUNS"]
+__all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "ReportDirError", "OVERLAY_MAX_RUNS"]
 
 MAIN_ORDER = ("grpo", "gspo", "vespo", "respo")
 #: Up to this many runs, the report also overlays every run's curve and lists each run in one table.
@@ -43,6 +43,10 @@ OVERLAY_MAX_RUNS = 12
 
 class NoRunsError(RespoError, FileNotFoundError):
     """``respo report`` found no run directory (one with ``config.json``) under the given paths."""
+
+
+class ReportDirError(RespoError, NotADirectoryError):
+    """``respo report --out`` names a path that cannot be a directory (a file, or a path under one)."""
 
 
 ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-", "respo+/truncated-", "respo+/respo0-",
@@ -437,6 +441,9 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
 
     dirs = [Path(d) for d in dirs]
     out_dir = Path(out_dir)
+    problem = dir_problem(out_dir, "report directory", "--out")
+    if problem:
+        raise ReportDirError(problem)
     runs = load_runs(dirs)
     if not runs:
         raise NoRunsError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")

@@ -19,7 +19,10 @@ sweep stops in one line naming the setting. Several presets may share one sweep 
 a run is identified by its grid coordinates only, so the calibration's runs are reused by the
 main sweep when the coordinates coincide.
 
-What a sweep is (its grid and presets) lives in `respo.study.grid`, the runs'
+The whole grid is checked before anything is written, in a dry run too: ``--jobs`` and ``--threads``
+(>= 1), ``--device``, ``--out`` (a directory), and every run's settings as `respo train` checks them (an
+unknown objective, ``--reuse 0``, an unknown ``--set`` field or a bad value is refused in one line naming
+the runs it concerns). What a sweep is (its grid and presets) lives in `respo.study.grid`, the runs'
 processes and locks in `respo.study.supervise`, the evaluation of the starting policy in
 `respo.study.baseline`.
 
@@ -54,8 +57,7 @@ from typing import Any
 
 from respo.fileio import write_text_atomic
 from respo.study.baseline import prewarm as _prewarm
-from respo.runtime.precision import device_problem
-from respo.study.grid import BASE_CONFIG, PRESETS, RunSpec, changed_settings, finished, plan
+from respo.study.grid import BASE_CONFIG, PRESETS, RunSpec, changed_settings, check_grid, finished, plan
 from respo.study.names import ABLATION_KERNELS
 from respo.study.supervise import clear_stale_lock, run_jobs, train_command
 from respo.train.config import ConfigError
@@ -80,7 +82,10 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
     ``device`` is every run's ``--device``: with "cuda" the ``jobs`` processes share one GPU (each
     holds its own CUDA context) and write the same run directories as on the CPU.
 
-    Each run's stdout/stderr go to ``runs/<name>/train.log``. A failed run is reported (name, exit
+    First the whole grid is checked (`respo.study.grid.check_grid`: ``jobs``, ``threads``, the device,
+    ``sweep_dir`` and every run's settings as `respo train` checks them), then the runs it would reuse
+    (`respo.study.grid.changed_settings`); only then is anything written, in a real sweep and in a dry run
+    alike. Each run's stdout/stderr go to ``runs/<name>/train.log``. A failed run is reported (name, exit
     code, last log line) and the sweep continues; re-running the same command retries it. Each run
     process dies with the sweep, and holds ``sweep.lock`` in its directory with it (`respo.study.supervise`):
     a run locked by another sweep is left to it and reported as ``running``.
@@ -90,13 +95,11 @@ def run_sweep(sweep_dir: str | Path, specs: list[RunSpec], *, jobs: int = 2, thr
     still running, ``failed`` describes the runs that failed; every spec is in exactly one of them.
 
     Raises:
-        ConfigError: the device is unusable, or a run this sweep would reuse was made with other
-            settings (named in one line; nothing is written).
+        ConfigError: a setting of the grid cannot run, ``sweep_dir`` cannot be a directory, or a run this
+            sweep would reuse was made with other settings (named in one line; nothing is written).
     """
     sweep_dir, base_config = Path(sweep_dir), Path(base_config)
-    problem = device_problem(device)
-    if problem:
-        raise ConfigError(problem)
+    check_grid(specs, base_config, jobs=jobs, threads=threads, device=device, sweep_dir=sweep_dir)
     runs_dir = sweep_dir / "runs"
     changed = changed_settings(specs, runs_dir, base_config, threads)
     if changed:
