@@ -422,3 +422,47 @@ def test_a_label_does_not_hide_a_duplicate_within_it(tmp_path, capsys):
     a = _write_runs(tmp_path / "a.csv", _cell())
     code, out, err = _main(["recommend", f"128:x={a}", f"128:x={a}"], capsys)
     assert code == 2 and "duplicate" in err and "start x" in err
+
+
+def test_a_length_label_the_runs_contradict_is_refused(tmp_path, capsys):
+    """`respo recommend 32=...` on 128-token runs headed its table "32 response tokens"; the label is checked
+    against the runs' recorded mean response length (median over the file's runs)."""
+    from respo.cli import main
+
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    main128 = f"{root}/reports/long/main-128/runs.csv"  # recorded lengths 127.7 .. 127.9
+    assert main(["recommend", f"32={main128}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "labelled 32 response tokens" in err[0] and "127.8 tokens" in err[0], err
+    assert f"128={main128}" in err[0]
+    assert main(["recommend", f"256={main128}"]) == 2  # 127.8 is 50 % below 256
+    capsys.readouterr()
+    assert main(["recommend", f"128={main128}"]) == 0
+    # within the tolerance: 25 % of 110 = 27.5 tokens (127.8 - 110 = 17.8); 25 % of 100 = 25 < 27.8 is not
+    assert main(["recommend", f"110={main128}"]) == 0
+    assert main(["recommend", f"100={main128}"]) == 2
+    # a file written before the column existed cannot be checked and passes
+    assert main(["recommend", f"32={root}/reports/staleness/runs.csv"]) == 0
+
+
+def test_a_finished_row_whose_log_lost_updates_is_refused(tmp_path, capsys):
+    from respo.cli import main
+
+    from pathlib import Path
+
+    with (Path(__file__).parents[1] / "reports/long/main-128/runs.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    rows[3]["updates_logged"] = "100"  # finished at 256 updates with 100 records: windows on a damaged log
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["recommend", f"128={path}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} line 5" in err and "its log holds 100 update record(s)" in err, err
+    assert main(["table", "headline", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line 5" in err and "its log holds 100 update record(s)" in err, err

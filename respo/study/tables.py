@@ -210,6 +210,10 @@ def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
     for i, r in enumerate(table, start=2):
         row = {c: (_parse(path, i, c, r[c]) if c in header else ([] if c in _LIST else
                                                                   "" if c in _TEXT else math.nan)) for c in COLUMNS}
+        if row["finished"] and row["updates_logged"] != row["updates"]:
+            raise TableError(f"{path}: line {i}: run {row['run']} finished at update {row['updates']} but its log "
+                             f"holds {row['updates_logged']} update record(s): its windows were computed on a "
+                             f"damaged log; leave it out or rebuild the row from a whole log")
         rows.append(row)
     return rows, {c for c in COLUMNS if c not in header}
 
