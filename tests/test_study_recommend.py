@@ -466,3 +466,32 @@ def test_a_finished_row_whose_log_lost_updates_is_refused(tmp_path, capsys):
     assert main(["table", "headline", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: line 5" in err and "its log holds 100 update record(s)" in err, err
+
+
+def test_paired_recommend_pairs_each_seeds_runs(tmp_path, capsys):
+    from respo.cli import main
+
+    cols = ["run", "model", "objective", "reuse", "group_size", "lr", "seed", "routing_replay", "updates",
+            "finished", "late_mean", "pass@1", "start", "step_scores"]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for obj, xs in (("respo", [0.5, 0.6, 0.7]), ("vespo", [0.4, 0.45, 0.65])):
+            for s, x in enumerate(xs):
+                w.writerow([f"{obj}_s{s}", "tiny-dense", obj, "8", "8", "3e-05", s, "False", "16", "True", x, x,
+                            "abc", "[0.45, 0.5]"])
+    assert main(["recommend", f"32={path}", "--paired"]) == 0
+    out = capsys.readouterr().out
+    # vespo - respo per seed: -.10, -.15, -.05: paired p = .074 (Welch's would be .359)
+    vespo = next(ln for ln in out.splitlines() if "| vespo (3e-05, edge) |" in ln)
+    assert "| -0.100 | 0.074 |" in vespo and "95 % CI -0.224, +0.024" in vespo, vespo
+    assert "the paired two-sided t-test over the seeds both ran" in out
+    assert main(["recommend", f"32={path}"]) == 0
+    assert "| -0.100 | 0.359 |" in capsys.readouterr().out
+    text = path.read_text().replace("vespo_s1,tiny-dense,vespo,8,8,3e-05,1,False,16,True,0.45,0.45,abc,\"[0.45, 0.5]\"",
+                                    "vespo_s1,tiny-dense,vespo,8,8,3e-05,1,False,16,True,0.45,0.45,abc,\"[0.41, 0.5]\"")
+    assert text != path.read_text()
+    path.write_text(text)
+    assert main(["recommend", f"32={path}", "--paired"]) == 2
+    assert "did not share their first rollout step" in capsys.readouterr().err

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from respo.study.aggregate import load_runs
-from respo.study.tables import (COLUMNS, TableError, _select, calib_table, fill, headline_tables, read_rows,
-                                regime_table, replay_table, run_row, write_runs_csv)
+from respo.study.tables import (COLUMNS, TableError, _select, calib_table, factorial_table, fill, headline_tables,
+                                read_rows, regime_table, replay_table, run_row, write_runs_csv)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -469,3 +469,53 @@ def test_the_study_floor_imports_nothing_from_the_cli():
                      [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
                      if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "respo.cli" or n.startswith("respo.cli.") for n in names), path.name
+
+
+# ---- paired tests and the 2 x 2 factorial (the numbers of tests/test_study_stats.py's hand-worked cases) ---
+def _row(objective, seed, late, pass1, *, first=0.45, start="abc123", lr=3e-5, reuse=8):
+    row = {c: ([] if c in ("step_scores",) or c.startswith("staleness:") else math.nan) for c in COLUMNS}
+    row.update({"run": f"{objective}_s{seed}", "objective": objective, "seed": seed, "lr": lr, "reuse": reuse,
+                "finished": True, "late_mean": late, "pass@1": pass1, "start": start, "step_scores": [first, 0.5],
+                "updates": 16, "updates_logged": 16})
+    return row
+
+
+def test_headline_paired_pairs_each_seeds_arms():
+    a, b = [0.5, 0.6, 0.7], [0.4, 0.45, 0.65]
+    rows = [_row("respo", s, x, x) for s, x in enumerate(a)] + [_row("vespo", s, x, x) for s, x in enumerate(b)]
+    welch_line = next(ln for ln in headline_tables(rows) if ln.startswith("| 3e-05 | 8 | respo vs vespo | late mean"))
+    paired = headline_tables(rows, paired=True)
+    line = next(ln for ln in paired if ln.startswith("| 3e-05 | 8 | respo vs vespo | late mean"))
+    # paired: d = [.10, .15, .05], t = 3.4641 (df 2), p = .074, CI [-.024, +.224]; Welch's p = .359
+    assert "| +0.100 | [-0.024, +0.224] | 3.46 (2.0) | 0.074 |" in line, line
+    assert "| 0.359 |" in welch_line, welch_line
+    assert any("paired two-sided t-test over the seeds both ran" in ln for ln in paired)
+    # a seed whose arms did not share their first rollout step cannot be paired
+    rows[1]["step_scores"] = [0.40, 0.5]
+    with pytest.raises(TableError, match="seed 1's arms did not share their first rollout step"):
+        headline_tables(rows, paired=True)
+    rows[1]["step_scores"], rows[1]["start"] = [0.45, 0.5], "another"
+    with pytest.raises(TableError, match="started from another and vespo_s1 from abc123"):
+        headline_tables(rows, paired=True)
+
+
+def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, capsys):
+    from respo.cli import main
+
+    arms = {"respo": [0.50, 0.60, 0.55], "respo+/vespo-": [0.60, 0.68, 0.65],
+            "vespo+/respo-": [0.40, 0.52, 0.42], "vespo": [0.62, 0.70, 0.66]}
+    rows = [_row(o, s, x, x) for o, xs in arms.items() for s, x in enumerate(xs)]
+    rows.append(_row("respo", 3, 0.9, 0.9))  # a seed only one arm ran: in no contrast
+    lines = factorial_table(rows)
+    by = {(ln.split(" | ")[2], ln.split(" | ")[3]): ln for ln in lines if ln.startswith("| 3e-05 | 8 |")}
+    # late mean and pass@1 alike: negative branch -.1533 (p .006088), positive .0433 (p .039012), interaction
+    # .12 (p .009133); BH over the 6 contrasts: 6/4 · .009133 = .0137 for the four smaller, .039012 for the others
+    neg, pos, inter = (by[("late mean", k)] for k in ("negative branch", "positive branch", "interaction"))
+    assert "| 3 | -0.153 | [-0.205, -0.102] | -12.76 (2) | 0.006 | 0.014 |" in neg and neg.endswith("| below 0 |")
+    assert "| +0.043 | [+0.005, +0.081] | 4.91 (2) | 0.039 | 0.039 |" in pos and pos.endswith("| above 0 |")
+    assert "| +0.120 |" in inter and "| 0.009 | 0.014 |" in inter and inter.endswith("| above 0 |")
+    assert by[("pass@1", "negative branch")].split(" | ")[4:] == neg.split(" | ")[4:]
+    with pytest.raises(TableError, match="no \\(lr, N\\) with all four arms"):
+        factorial_table([r for r in rows if r["objective"] != "vespo"])
+    assert main(["table", "calib", "--paired", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "--paired applies to the headline and factorial tables" in capsys.readouterr().err

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,7 @@ class Entry:
     pass1: list[float]
     edge: bool
     vs_best: dict[str, Test] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)  # the tested rows (seeds), for a paired test
 
     @property
     def late_mean(self) -> float:
@@ -149,6 +151,14 @@ def _number(r: dict, col: str, where: str, kind: type = float) -> float | int:
             raise RecommendError(f"{where}: {col} {raw!r} is not a whole number")
         return int(x)
     return x
+
+
+def _score_list(raw: str, where: str) -> list[float]:
+    """A JSON list of numbers (runs.csv's ``step_scores``), null entries read as NaN."""
+    try:
+        return [math.nan if x is None else float(x) for x in json.loads(raw)]
+    except (ValueError, TypeError):
+        raise RecommendError(f"{where}: step_scores {raw[:40]!r} is not a list of numbers") from None
 
 
 #: How far a file's recorded response length (the median over its runs of each run's mean response length,
@@ -224,6 +234,8 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
                              "where": where})
                 if (r.get("response_length") or "").strip():  # recorded since runs.csv has the column
                     rows[-1]["response_length"] = _number(r, "response_length", where)
+                if (r.get("step_scores") or "").strip() not in ("", "[]"):  # N > 1, since runs.csv has the column
+                    rows[-1]["step_scores"] = _score_list(r["step_scores"], where)
     except OSError as e:
         raise RecommendError(f"cannot read {path}: {e.strerror}") from None
     except UnicodeDecodeError as e:
@@ -289,12 +301,35 @@ def _pick(by_lr: dict[float, list[dict]], min_seeds: int, select: set[int] | Non
     return (lr, ok[lr][1], score[lr], len(ok) == 1 or lr in (min(ok), max(ok))), None
 
 
+def _by_seed(e: Entry, best: Entry, key: str) -> tuple[list[float], list[float]]:
+    """An entry's and its cell's best's values of ``key`` on the seeds both were tested on, aligned by seed;
+    each seed's two runs must have shared their first rollout step (`respo.study.tables.first_step_problem`,
+    on the recorded weights and first-step score)."""
+    from respo.study.tables import first_step_problem
+
+    def as_row(r):
+        return {"seed": r["seed"], "start": r.get("weights", ""), "step_scores": r.get("step_scores", []),
+                "run": r.get("run") or r.get("where", "a row")}
+
+    a_by, b_by = {r["seed"]: r for r in e.rows}, {r["seed"]: r for r in best.rows}
+    seeds = sorted(set(a_by) & set(b_by))
+    for seed in seeds:
+        problem = first_step_problem(as_row(a_by[seed]), as_row(b_by[seed]))
+        if problem:
+            raise RecommendError(f"--paired: seed {seed} of {e.objective} and {best.objective} did not share their "
+                                 f"first rollout step ({problem}); compare them unpaired")
+    return [a_by[s][key] for s in seeds], [b_by[s][key] for s in seeds]
+
+
 def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None = DEFAULT_MARGIN,
-              method: str = "bh", family: str = "cell", select_seeds: Sequence[int] | None = None) -> list[Cell]:
+              method: str = "bh", family: str = "cell", select_seeds: Sequence[int] | None = None,
+              paired: bool = False) -> list[Cell]:
     """Group ``rows`` (keys of `load_rows`) into cells, rank them, test every objective against its
     cell's best on both metrics and adjust the p values (module docstring). ``margin`` None skips
     the equivalence tests; ``select_seeds`` picks learning rates and the best on those seeds and
-    tests on the others. Raises `RecommendError` when a seed would count twice."""
+    tests on the others; ``paired`` tests with the paired t-test over the seeds both ran (each seed's
+    runs share their first rollout step) instead of Welch's. Raises `RecommendError` when a seed would
+    count twice or, with ``paired``, when a seed's two runs did not share their first rollout step."""
     if min_seeds < 1:
         raise RecommendError(f"--min-seeds must be at least 1, got {min_seeds}")
     if margin is not None and not (margin > 0 and math.isfinite(margin)):
@@ -318,15 +353,18 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
                 unranked.append(f"{obj} ({'; '.join(why)})")
                 continue
             lr, rs, select_mean, edge = pick
-            ranked.append((select_mean, Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs], edge)))
+            ranked.append((select_mean, Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs], edge,
+                                              rows=list(rs))))
         ranked.sort(key=lambda x: (-x[0], x[1].objective))
         entries = [e for _, e in ranked]
         runs = frozenset((obj, lr, r["seed"]) for obj, by_lr in by_obj.items() for lr, rs in by_lr.items() for r in rs)
         cells.append(Cell(length, reuse, updates, entries, unranked, runs, start))
     for fam in [cells] if family == "table" else [[c] for c in cells]:  # each family: both metrics together
-        slots = [(e, m, a, b) for c in fam for e in c.entries[1:]
-                 for m, a, b in (("late mean", e.late, c.best.late), ("pass@1", e.pass1, c.best.pass1))]
-        for (e, m, _, _), j in zip(slots, judge([(a, b) for _, _, a, b in slots], margin=margin, method=method)):
+        slots = [(e, m, *(_by_seed(e, c.best, key) if paired else (e.late, c.best.late) if key == "late_mean" else
+                          (e.pass1, c.best.pass1)))
+                 for c in fam for e in c.entries[1:] for m, key in (("late mean", "late_mean"), ("pass@1", "pass@1"))]
+        for (e, m, _, _), j in zip(slots, judge([(a, b) for _, _, a, b in slots], margin=margin, method=method,
+                                                 paired_by_seed=paired)):
             e.vs_best[m] = j
     return cells
 
@@ -344,7 +382,8 @@ def _steps(c: Cell) -> str:
 
 
 def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, method: str = "bh",
-             family: str = "cell", min_seeds: int = 3, select_seeds: Sequence[int] | None = None) -> str:
+             family: str = "cell", min_seeds: int = 3, select_seeds: Sequence[int] | None = None,
+             paired: bool = False) -> str:
     """What ``respo recommend`` prints: how the p values and verdicts are made, then one row per
     objective and cell (late mean and pass@1: mean over tested seeds, difference from the best, raw
     and adjusted p, verdict), a summary per cell, and why a cell has no verdict. The keywords must
@@ -352,8 +391,12 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
     per_cell = [_n_tests([c]) for c in cells if _n_tests([c])]
     fam = (f"all the two-sided tests of this table ({_n_tests(cells)} with a p" if family == "table" else
            f"the two-sided tests of each cell ({min(per_cell, default=0)}–{max(per_cell, default=0)} with a p")
-    out = [f"p: Welch's two-sided t-test over seeds of each objective against its cell's best, late mean and held-out "
-           f"pass@1 separately (assumes normal per-seed values); adj. p: {ADJUST_METHODS[method]} adjustment over "
+    test = ("the paired two-sided t-test over the seeds both ran (each seed's runs share their first rollout step; "
+            "Δ is the mean of the per-seed differences) of each objective against its cell's best, late mean and "
+            "held-out pass@1 separately (assumes normal differences)" if paired else
+            "Welch's two-sided t-test over seeds of each objective against its cell's best, late mean and held-out "
+            "pass@1 separately (assumes normal per-seed values)")
+    out = [f"p: {test}; adj. p: {ADJUST_METHODS[method]} adjustment over "
            f"{fam}, both metrics together); "
            "verdicts use the adjusted p.",
            f"Equivalence margin δ = ±{margin:g}: \"equivalent\" only where two one-sided tests against ±δ (TOST, "
@@ -449,6 +492,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the p values adjusted together: each cell's tests (default: a cell answers its own question, "
                         "and its verdicts do not change when other studies are added) or every test of the table "
                         "(for claims across cells)")
+    p.add_argument("--paired", action="store_true",
+                   help="pair each seed's runs (they share their first rollout step: the same seed and recorded "
+                        "weights, and the same first-step score where recorded, else refused) and use the paired "
+                        "t-test over the seeds both ran instead of Welch's")
     p.add_argument("--select-seeds", type=_seeds, default=None, metavar="S,S",
                    help="pick learning rates and the best on these seeds and test on the others (held out), "
                         "instead of testing on the seeds the picks were made on (winner's curse)")
@@ -472,7 +519,8 @@ def run(args: argparse.Namespace) -> int:
                              f"{' and routing replay' if args.routing_replay else ''} in {', '.join(args.inputs)}")
     if args.margin < 0 or not math.isfinite(args.margin):
         raise RecommendError(f"--margin must be a positive number or 0 (off), got {args.margin}")
-    kw = dict(margin=args.margin or None, method=args.adjust, family=args.family, select_seeds=args.select_seeds)
+    kw = dict(margin=args.margin or None, method=args.adjust, family=args.family, select_seeds=args.select_seeds,
+              paired=args.paired)
     cells = recommend(rows, min_seeds=args.min_seeds, **kw)
     print(markdown(cells, min_seeds=args.min_seeds, **kw))
     return 0

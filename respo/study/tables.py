@@ -371,9 +371,43 @@ _HEAD_COLS = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "same_batch_respo
               "entropy_late", "grad_clip_rate")
 
 
+def first_step_problem(a: dict, b: dict) -> str | None:
+    """Why two rows of one seed (two arms) did not share their first rollout step, or None when nothing
+    recorded says they did not: the same seed, the same recorded starting policy (``start``), and, where both
+    record it (N > 1), the same mean score of the first rollout step (``step_scores``: its samples, hence its
+    scores, are the same for every objective when the step was shared)."""
+    if a["seed"] != b["seed"]:
+        return f"{a['run']} is seed {a['seed']} and {b['run']} seed {b['seed']}"
+    if a.get("start", "") != b.get("start", ""):
+        return f"{a['run']} started from {a['start'] or 'an unrecorded policy'} and {b['run']} from " \
+               f"{b['start'] or 'an unrecorded policy'}"
+    sa, sb = a.get("step_scores") or [], b.get("step_scores") or []
+    if sa and sb and abs(sa[0] - sb[0]) > 1e-6:
+        return f"the first rollout step scored {sa[0]:.6g} in {a['run']} and {sb[0]:.6g} in {b['run']}"
+    return None
+
+
+def by_seed(a_rows: Sequence[dict], b_rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+    """Two arms' values of column ``key`` on the seeds both ran, aligned by seed (for a paired test).
+
+    Raises:
+        TableError: a seed's two rows did not share their first rollout step (`first_step_problem`).
+    """
+    a_by, b_by = {r["seed"]: r for r in a_rows}, {r["seed"]: r for r in b_rows}
+    seeds = sorted(set(a_by) & set(b_by))
+    for seed in seeds:
+        problem = first_step_problem(a_by[seed], b_by[seed])
+        if problem:
+            raise TableError(f"--paired: seed {seed}'s arms did not share their first rollout step ({problem}); "
+                             "test them unpaired")
+    return [a_by[s][key] for s in seeds], [b_by[s][key] for s in seeds]
+
+
 def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin: float = MARGIN,
-                    method: str = "bh") -> list[str]:
-    """The headline cell's three tables (module docstring) from finished runs' rows."""
+                    method: str = "bh", paired: bool = False) -> list[str]:
+    """The headline cell's three tables (module docstring) from finished runs' rows; ``paired`` tests each
+    objective against the best baseline with the paired t-test over the seeds both ran (`by_seed`) instead
+    of Welch's."""
     from respo.study.stats import ADJUST_METHODS, format_p, judge
 
     cells: dict[tuple, list[dict]] = {}
@@ -401,14 +435,18 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
             if (lr2, n2) != (lr, n) or obj == best:
                 continue
             for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
-                tests.append((lr, n, obj, best, metric, [r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]))
-    judged = judge([t[5:] for t in tests], margin=margin, method=method)
+                a, b = (by_seed(rs, cells[(lr, n, best)], key) if paired else
+                        ([r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]))
+                tests.append((lr, n, obj, best, metric, a, b))
+    judged = judge([t[5:] for t in tests], margin=margin, method=method, paired_by_seed=paired)
     name = ADJUST_METHODS[method].split(" (")[0]
-    out += ["", f"Each objective against the best baseline of its (lr, N). p: Welch's two-sided t-test; p ({name}): "
+    test = ("the paired two-sided t-test over the seeds both ran (each seed's arms share their first rollout "
+            "step)" if paired else "Welch's two-sided t-test")
+    out += ["", f"Each objective against the best baseline of its (lr, N). p: {test}; p ({name}): "
             f"adjusted over the {len(tests)} tests of this table; TOST p: two one-sided tests of equivalence within "
             f"±δ = {margin:g}, adjusted the same way. Verdicts from the adjusted p values.", "",
-            f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | Welch t (df) | p | p ({name}) | "
-            f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
+            f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | {'paired' if paired else 'Welch'} "
+            f"t (df) | p | p ({name}) | TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
     for (lr, n, obj, best, metric, _, _), j in zip(tests, judged):
         w = j.welch
         out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {w.diff:+.3f} | {_ci(w)} | "
@@ -426,6 +464,52 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
     for (lr, n, obj), rs in sorted(stale.items()):
         steps = [[r["step_scores"][i] for r in rs if len(r["step_scores"]) > i] for i in range(n_steps)]
         out.append(f"| {lr:g} | {n} | {obj} | " + " | ".join(_f(_mean(v)) if v else "—" for v in steps) + " |")
+    return out
+
+
+#: The 2 × 2 of positive branch × negative branch: (arm R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻) as runs.csv objectives.
+FACTORIAL_ARMS = ("respo", "respo+/vespo-", "vespo+/respo-", "vespo")
+
+
+def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh") -> list[str]:
+    """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
+    the negative-branch and positive-branch main effects and their interaction
+    (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1, each a one-sample t-test over the
+    seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
+    interval, the p value adjusted over the table's contrasts, TOST within ±δ and a verdict on the sign."""
+    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, tost_of, \
+        verdict
+
+    cells = group_rows(rows, ("lr", "reuse", "objective"))
+    found = sorted({(lr, n) for lr, n, _ in cells if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS)})
+    if not found:
+        raise TableError(f"no (lr, N) with all four arms of the 2 × 2 ({', '.join(FACTORIAL_ARMS)}) finished")
+    tests = []  # (lr, N, metric, contrast, seeds, PairedTest, Tost)
+    for lr, n in found:
+        rr = cells[(lr, n, FACTORIAL_ARMS[0])]
+        for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
+            common = set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
+            arms = [by_seed([r for r in rr if r["seed"] in common], cells[(lr, n, arm)], key)[1]
+                    for arm in FACTORIAL_ARMS]
+            for name, t in factorial_2x2(*arms).items():
+                tests.append((lr, n, metric, name, t, tost_of(t, margin) if t.n >= 2 else None))
+    p_adj = adjust([t.p for *_, t, _ in tests], method)
+    p_tost = adjust([math.nan if eq is None else eq.p for *_, eq in tests], method)
+    name = ADJUST_METHODS[method].split(" (")[0]
+    out = ["The 2 × 2 of positive branch {ReSPO, VESPO} × negative branch {ReSPO, VESPO} (arms "
+           f"{', '.join(FACTORIAL_ARMS)}), per seed: negative branch = ½[(R⁺R⁻ − R⁺V⁻) + (V⁺R⁻ − V⁺V⁻)], positive "
+           "branch = ½[(R⁺R⁻ − V⁺R⁻) + (R⁺V⁻ − V⁺V⁻)], interaction = (R⁺R⁻ − R⁺V⁻) − (V⁺R⁻ − V⁺V⁻). p: one-sample "
+           "two-sided t-test of the per-seed contrast over the seeds all four arms ran (each seed's arms share "
+           f"their first rollout step); p ({name}): adjusted over the {len(tests)} contrasts of this table; TOST p: "
+           f"equivalence to 0 within ±δ = {margin:g}, adjusted the same way. Verdict: below 0 / above 0 when the "
+           "adjusted p ≤ .05.", "",
+           f"| lr | N | metric | contrast | seeds | estimate | 95 % CI | t (df) | p | p ({name}) | "
+           f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 12]
+    for (lr, n, metric, contrast, t, eq), q, qt in zip(tests, p_adj, p_tost):
+        words = verdict(t, eq, p=q, p_tost=None if eq is None else qt)
+        words = words.replace("worse", "below 0", 1).replace("better", "above 0", 1)
+        out.append(f"| {lr:g} | {n} | {metric} | {contrast} | {t.n} | {t.diff:+.3f} | {_ci(t)} | {_f(t.t, 2)} "
+                   f"({_f(t.df, 0)}) | {format_p(t.p)} | {format_p(q)} | {format_p(qt)} | {words} |")
     return out
 
 
@@ -623,10 +707,11 @@ def fill(path: Path) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "fill"),
+    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "factorial", "fill"),
                    help="calib: one row per run; staleness: per-staleness diagnostics per (model, objective, N, lr); "
                         "headline: objectives over seeds; regime: GRPO's log W spread per response length and lr "
                         "(LENGTH=runs.csv arguments); replay: each objective with MoE routing replay against without; "
+                        "factorial: the 2 x 2 of ReSPO's and VESPO's branches, main effects and interaction over seeds; "
                         "fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
@@ -635,6 +720,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {MARGIN:g})")
     p.add_argument("--adjust", choices=("holm", "bh"), default="bh",
                    help="multiplicity adjustment within the headline table (default bh: Benjamini–Hochberg)")
+    p.add_argument("--paired", action="store_true",
+                   help="headline, factorial: pair each seed's arms (they share their first rollout step: the same seed "
+                        "and starting policy, and where recorded the same first-step score, else refused) and use the "
+                        "paired t-test over the seeds both ran instead of Welch's (the factorial kind always pairs)")
     p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
@@ -673,6 +762,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the table ``args.kind`` of the runs under ``args.paths``; bad input raises `TableError`."""
     if not args.margin > 0 or math.isinf(args.margin):
         raise TableError(f"--margin must be a positive number, got {args.margin}")
+    if args.paired and args.kind not in ("headline", "factorial"):
+        raise TableError(f"--paired applies to the headline and factorial tables, not to {args.kind}")
     if args.cost and args.kind != "calib":
         raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
     if args.kind == "fill":
@@ -695,11 +786,13 @@ def run(args: argparse.Namespace) -> int:
         _check_one_start(rows)
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
+    elif args.kind == "factorial":
+        lines = factorial_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "calib":
         lines = calib_table(rows, absent, cost=args.cost)
     elif args.kind == "staleness":
         lines = staleness_tables(rows, absent)
     else:
-        lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust)
+        lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust, paired=args.paired)
     print("\n".join(lines))
     return 0
