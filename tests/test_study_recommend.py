@@ -495,3 +495,20 @@ def test_paired_recommend_pairs_each_seeds_runs(tmp_path, capsys):
     path.write_text(text)
     assert main(["recommend", f"32={path}", "--paired"]) == 2
     assert "did not share their first rollout step" in capsys.readouterr().err
+
+
+def test_a_cell_pooled_from_files_that_record_no_start_is_labelled(tmp_path, capsys):
+    """main-128/runs.csv records no starting policy; pooled with main-128-corrections (which records one) the
+    128-token 8-step cell cannot show one starting policy and says so; each file alone is not labelled."""
+    from pathlib import Path
+
+    from respo.cli import main
+
+    root = Path(__file__).parents[1] / "reports" / "long"
+    assert main(["recommend", f"128={root}/main-128/runs.csv", f"128={root}/main-128-corrections/runs.csv"]) == 0
+    out = capsys.readouterr().out
+    assert (f"- 128 tokens, N = 32, 8 rollout steps: pooled from several runs.csv files, and {root}/main-128/runs.csv "
+            "records no starting policy (`start`) for its runs") in out
+    for f in ("main-128", "main-128-corrections"):
+        assert main(["recommend", f"128={root}/{f}/runs.csv"]) == 0
+        assert "no starting policy" not in capsys.readouterr().out

@@ -519,3 +519,17 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
         factorial_table([r for r in rows if r["objective"] != "vespo"])
     assert main(["table", "calib", "--paired", str(REPO / "reports/long/main-128/runs.csv")]) == 2
     assert "--paired applies to the headline and factorial tables" in capsys.readouterr().err
+
+
+def test_a_table_pooled_from_inputs_that_record_no_start_is_labelled(capsys):
+    from respo.cli import main
+
+    long = REPO / "reports" / "long"
+    pilot = [str(long / "corr-pilot-128/runs.csv"), str(long / "corr-pilot-128/seeds-3-4/runs.csv")]
+    assert main(["table", "headline", *pilot]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"Pooled from 2 inputs, and {pilot[0]}, {pilot[1]} record no starting policy (`start`) "
+                                 "for their runs, so one starting policy is not shown: the table may pool warm starts "
+                                 "that differ.")
+    assert main(["table", "headline", pilot[0]]) == 0  # one input: no label
+    assert "Pooled from" not in capsys.readouterr().out

@@ -7,7 +7,9 @@ runs of different budgets are never pooled. ``LENGTH:START=RUNS_CSV`` names the 
 file's runs (``128:rebuilt=runs.csv``): files of one length with different START labels are separate
 cells. Runs that record their starting policy's weights (the ``start`` column) are never pooled with
 runs of other weights in one cell: that is refused in one line, naming both rows, until a START label
-separates them. In a cell each objective is taken at its own best learning rate (highest
+separates them. A cell pooled from several files whose runs do not all record their weights (files
+written before the column, or runs of a preset) cannot show one starting policy: it is labelled so under the
+table. In a cell each objective is taken at its own best learning rate (highest
 mean late mean over seeds, among learning rates with at least ``--min-seeds`` seeds), flagged
 ``edge`` when that rate is the lowest or highest it was run at (or the only one): its true best may
 lie outside the grid. The cell's best is the objective with the highest such mean. Every other
@@ -56,7 +58,7 @@ from respo.errors import RespoError
 from respo.study.aggregate import nanmean
 from respo.study.stats import ADJUST_METHODS, Judged, format_p, judge
 
-__all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "check_length", "recommend", "markdown",
+__all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "check_length", "start_unshown", "recommend", "markdown",
            "add_arguments", "run", "DEFAULT_MARGIN", "METRICS", "LENGTH_TOLERANCE"]
 
 _NEEDED = ("objective", "reuse", "lr", "seed", "updates", "finished", "late_mean", "pass@1")
@@ -110,6 +112,9 @@ class Cell:
     unranked: list[str]  # objectives with too few seeds at every learning rate
     runs: frozenset = frozenset()  # (objective, lr, seed) of every finished run in the cell
     start: str = ""  # the starting policy's label (LENGTH:START=RUNS_CSV); empty when not given
+    #: the files of a cell pooled from several files whose runs do not all record their starting policy
+    #: (`start_unshown`); empty when one starting policy is shown (or the cell is one file's)
+    unshown: tuple = ()
 
     @property
     def tokens(self) -> str:
@@ -269,6 +274,20 @@ def _check_starts(rows: Sequence[dict]) -> None:
                                  "so they are compared separately")
 
 
+def _file(r: dict) -> str:
+    return str(r.get("where", "")).rsplit(" line ", 1)[0]
+
+
+def start_unshown(rows: Sequence[dict]) -> tuple[str, ...]:
+    """The files of rows pooled from several files whose runs cannot show one starting policy: the files
+    whose rows do not all record their weights (an empty or absent ``start`` column), when the rows come
+    from more than one file. Such a cell is labelled (two recorded starts are refused instead)."""
+    files = sorted({_file(r) for r in rows})
+    if len(files) < 2:
+        return ()
+    return tuple(f for f in files if any(not r.get("weights") for r in rows if _file(r) == f))
+
+
 def _check_duplicates(rows: Sequence[dict]) -> None:
     """Refuse a seed counted twice: the same objective, learning rate and seed twice in one cell
     (response length, starting policy, N, budget). Run names are not the key: they are unique only within one sweep
@@ -358,7 +377,8 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
         ranked.sort(key=lambda x: (-x[0], x[1].objective))
         entries = [e for _, e in ranked]
         runs = frozenset((obj, lr, r["seed"]) for obj, by_lr in by_obj.items() for lr, rs in by_lr.items() for r in rs)
-        cells.append(Cell(length, reuse, updates, entries, unranked, runs, start))
+        cell_rows = [r for by_lr in by_obj.values() for rs in by_lr.values() for r in rs]
+        cells.append(Cell(length, reuse, updates, entries, unranked, runs, start, start_unshown(cell_rows)))
     for fam in [cells] if family == "table" else [[c] for c in cells]:  # each family: both metrics together
         slots = [(e, m, *(_by_seed(e, c.best, key) if paired else (e.late, c.best.late) if key == "late_mean" else
                           (e.pass1, c.best.pass1)))
@@ -455,6 +475,12 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
                 notes.append(f"- {c.tokens} tokens, N = {c.reuse}: the {_steps(c)}- and {_steps(d)}-rollout-step cells "
                              f"share {shared} objective/lr/seed combination{'s' * (shared != 1)}; if the longer runs "
                              "continue the shorter ones, the two cells are not independent evidence.")
+    for c in cells:
+        if c.unshown:
+            notes.append(f"- {c.tokens} tokens, N = {c.reuse}, {_steps(c)} rollout steps: pooled from several runs.csv "
+                         f"files, and {', '.join(c.unshown)} record{'s' * (len(c.unshown) == 1)} no starting policy "
+                         f"(`start`) for {'its' if len(c.unshown) == 1 else 'their'} runs, so one starting policy is not shown: the cell may pool warm "
+                         "starts that differ.")
     if any(min(len(e.late) for e in c.entries) < 2 for c in cells if c.entries):
         notes.append("- no test (n = 1): with one seed on a side there is no variance and no test, so no verdict.")
     return "\n".join(out + ([""] + notes if notes else []))

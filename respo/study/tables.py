@@ -7,7 +7,8 @@ from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo re
 column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table. A
 finished run given twice (the same coordinates and seed in two files or directories, or one file
 passed twice) is refused in one line naming both places: it would count as two seeds. The tables
-that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``).
+that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``), and are
+labelled under the table when pooled from several inputs whose runs do not all record one.
 
 Per run, over the updates with staleness > 0 (``stale_mean:*``; the first mini-batch of a rollout
 step has log W = 0 exactly), and over all updates otherwise:
@@ -235,6 +236,28 @@ def _check_duplicates(rows: Sequence[dict], where: Sequence[str]) -> None:
         if j != i:
             raise TableError(f"duplicate run: {r['objective']} lr {r['lr']:g} N {r['reuse']} seed {r['seed']} "
                              f"({r['updates']} updates) is in {where[j]} and in {where[i]}; each seed may count once")
+
+
+def _start_note(args: argparse.Namespace) -> list[str]:
+    """The label of a table pooled from several inputs (runs.csv files, run or sweep directories) whose runs
+    cannot show one starting policy: some input's selected finished runs record none (``start`` empty or
+    absent). Two recorded starting policies are refused instead (`_check_one_start`)."""
+    if len(args.paths) < 2:
+        return []
+    unshown, used = [], 0
+    for p in args.paths:
+        try:
+            got = [r for r in _select(read_rows([p])[0], args) if r["finished"]]
+        except TableError:  # nothing of this input is selected
+            continue
+        used += 1
+        if any(not r["start"] for r in got):
+            unshown.append(str(p))
+    if used < 2 or not unshown:
+        return []
+    return ["", f"Pooled from {used} inputs, and {', '.join(unshown)} record{'s' * (len(unshown) == 1)} no starting "
+            f"policy (`start`) for {'its' if len(unshown) == 1 else 'their'} runs, so one starting policy is not shown: the table may pool warm starts "
+            "that differ."]
 
 
 def _check_one_start(rows: Sequence[dict]) -> None:
@@ -782,8 +805,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
+    note: list[str] = []
     if args.kind != "calib":  # the other kinds pool runs over seeds
         _check_one_start(rows)
+        note = _start_note(args)
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "factorial":
@@ -794,5 +819,5 @@ def run(args: argparse.Namespace) -> int:
         lines = staleness_tables(rows, absent)
     else:
         lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust, paired=args.paired)
-    print("\n".join(lines))
+    print("\n".join(lines + note))
     return 0
