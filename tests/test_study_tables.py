@@ -533,3 +533,24 @@ def test_a_table_pooled_from_inputs_that_record_no_start_is_labelled(capsys):
                                  "that differ.")
     assert main(["table", "headline", pilot[0]]) == 0  # one input: no label
     assert "Pooled from" not in capsys.readouterr().out
+
+
+def test_breakdown_is_both_metrics_below_half_the_starting_score():
+    from respo.study.tables import breakdown_table, broke_down, start_score
+
+    # starting score .48 (first rollout step): the bar is .24
+    assert start_score(_row("m2po", 0, 0.2, 0.0, first=0.48)) == 0.48
+    assert broke_down(_row("m2po", 0, 0.167, 0.0, first=0.48))  # .167 < .24 and 0 < .24
+    assert not broke_down(_row("m2po", 2, 0.167, 0.562, first=0.48))  # training fell, held-out did not
+    assert not broke_down(_row("tis", 0, 0.682, 0.0, first=0.48))  # held-out fell, training did not
+    assert not broke_down(_row("tis", 1, 0.24, 0.1, first=0.48))  # .24 is not below .24
+    no_step = _row("grpo", 0, 0.1, 0.1)
+    no_step["step_scores"], no_step["first8_score"] = [], 0.3  # N = 1: the first 8 updates' mean, bar .15
+    assert start_score(no_step) == 0.3 and broke_down(no_step)
+    no_step["first8_score"] = math.nan  # an older runs.csv records neither
+    assert broke_down(no_step) is None
+    rows = [_row("m2po", 0, 0.167, 0.0, first=0.48), _row("m2po", 1, 0.178, 0.031, first=0.44),
+            _row("m2po", 2, 0.25, 0.562, first=0.48), no_step]
+    lines = breakdown_table(rows)
+    assert "| 3e-05 | 8 | m2po | 3 | 2 of 3 | 0, 1 | 0.467 |" in lines  # (.48 + .44 + .48)/3
+    assert "| 3e-05 | 8 | grpo | 1 | 0 of 0 (1 —) | — | — |" in lines

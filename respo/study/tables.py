@@ -490,6 +490,53 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
     return out
 
 
+#: A run broke down when its late mean and its held-out pass@1 both fell below this share of its starting
+#: score (`start_score`); docs/method.md ("Breakdown") defines it, and `respo table breakdown` counts it.
+BREAKDOWN_SHARE = 0.5
+
+
+def start_score(row: dict) -> float:
+    """The starting policy's training score as the run recorded it: the mean score of its first rollout step
+    (``step_scores``, N > 1: the starting policy's own samples, the same for every arm of a seed), else the
+    mean score of its first 8 updates (``first8_score``; at N = 1 the policy moves a little within them);
+    NaN when the row records neither."""
+    steps = row.get("step_scores") or []
+    return float(steps[0]) if steps and math.isfinite(steps[0]) else float(row.get("first8_score", math.nan))
+
+
+def broke_down(row: dict) -> bool | None:
+    """The run broke down: late mean < `BREAKDOWN_SHARE` · `start_score` and held-out pass@1 <
+    `BREAKDOWN_SHARE` · `start_score` (a run that still passes held-out prompts, or still scores in training,
+    did not); None when the row does not record all three numbers."""
+    start, late, pass1 = start_score(row), row["late_mean"], row["pass@1"]
+    if not all(math.isfinite(x) for x in (start, late, pass1)):
+        return None
+    bar = BREAKDOWN_SHARE * start
+    return late < bar and pass1 < bar
+
+
+def breakdown_table(rows: list[dict]) -> list[str]:
+    """Per (lr, N, objective) of finished runs: how many seeds broke down (`broke_down`), which, and the
+    starting scores the bar was taken from."""
+    cells = group_rows(rows, ("lr", "reuse", "objective"))
+    if not cells:
+        raise TableError("no finished runs to tabulate")
+    out = [f"A run broke down when its late mean and its held-out pass@1 both fell below {BREAKDOWN_SHARE:g} × its "
+           "starting score (the mean training score of its first rollout step, or of its first 8 updates at N = 1); "
+           "— where a run does not record all three numbers (docs/method.md, \"Breakdown\").", "",
+           "| lr | N | objective | seeds | broke down | seeds that broke down | starting score (mean) |",
+           "|---|---|---|---|---|---|---|"]
+    for (lr, n, obj), rs in sorted(cells.items()):
+        verdicts = [(r["seed"], broke_down(r)) for r in sorted(rs, key=lambda r: r["seed"])]
+        known = [b for _, b in verdicts if b is not None]
+        count = f"{sum(known)} of {len(known)}" + (f" ({len(verdicts) - len(known)} —)" if len(known) < len(verdicts)
+                                                   else "")
+        which = ", ".join(str(seed) for seed, b in verdicts if b) or "—"
+        out.append(f"| {lr:g} | {n} | {obj} | {len(rs)} | {count} | {which} | "
+                   f"{_f(nanmean(start_score(r) for r in rs))} |")
+    return out
+
+
 #: The 2 × 2 of positive branch × negative branch: (arm R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻) as runs.csv objectives.
 FACTORIAL_ARMS = ("respo", "respo+/vespo-", "vespo+/respo-", "vespo")
 
@@ -730,11 +777,13 @@ def fill(path: Path) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "factorial", "fill"),
+    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "factorial", "breakdown",
+                                    "fill"),
                    help="calib: one row per run; staleness: per-staleness diagnostics per (model, objective, N, lr); "
                         "headline: objectives over seeds; regime: GRPO's log W spread per response length and lr "
                         "(LENGTH=runs.csv arguments); replay: each objective with MoE routing replay against without; "
                         "factorial: the 2 x 2 of ReSPO's and VESPO's branches, main effects and interaction over seeds; "
+                        "breakdown: the seeds that broke down (docs/method.md) per (lr, N, objective); "
                         "fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
@@ -813,6 +862,8 @@ def run(args: argparse.Namespace) -> int:
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "factorial":
         lines = factorial_table(rows, margin=args.margin, method=args.adjust)
+    elif args.kind == "breakdown":
+        lines = breakdown_table(rows)
     elif args.kind == "calib":
         lines = calib_table(rows, absent, cost=args.cost)
     elif args.kind == "staleness":
