@@ -27,7 +27,7 @@ from respo.train.scores import early_max, late_mean
 
 __all__ = ["Run", "RunLogError", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
            "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label",
-           "pooled_low_fraction", "pass_at_1", "greedy_acc"]
+           "pooled_low_fraction", "pass_at_1", "greedy_acc", "first_step_problem"]
 
 STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
 
@@ -222,3 +222,19 @@ def fmt_cell(mean: float, std: float, n: int, *, digits: int = 3, bold: bool = F
         s += f" ± {std:.{digits}f}"
     s += f" ({n})"
     return f"**{s}**" if bold else s
+
+
+def first_step_problem(a: dict, b: dict) -> str | None:
+    """Why two rows of one seed (two arms) did not share their first rollout step, or None when nothing
+    recorded says they did not: the same seed, the same recorded starting policy (``start``), and, where both
+    record it (N > 1), the same mean score of the first rollout step (``step_scores``: its samples, hence its
+    scores, are the same for every objective when the step was shared)."""
+    if a["seed"] != b["seed"]:
+        return f"{a['run']} is seed {a['seed']} and {b['run']} seed {b['seed']}"
+    if a.get("start", "") != b.get("start", ""):
+        return f"{a['run']} started from {a['start'] or 'an unrecorded policy'} and {b['run']} from " \
+               f"{b['start'] or 'an unrecorded policy'}"
+    sa, sb = a.get("step_scores") or [], b.get("step_scores") or []
+    if sa and sb and abs(sa[0] - sb[0]) > 1e-6:
+        return f"the first rollout step scored {sa[0]:.6g} in {a['run']} and {sb[0]:.6g} in {b['run']}"
+    return None

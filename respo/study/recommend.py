@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Sequence
 
 from respo.errors import RespoError
-from respo.study.aggregate import nanmean
+from respo.study.aggregate import first_step_problem, nanmean
 from respo.study.stats import ADJUST_METHODS, Judged, format_p, judge
 
 __all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "check_length", "start_unshown", "recommend", "markdown",
@@ -322,10 +322,8 @@ def _pick(by_lr: dict[float, list[dict]], min_seeds: int, select: set[int] | Non
 
 def _by_seed(e: Entry, best: Entry, key: str) -> tuple[list[float], list[float]]:
     """An entry's and its cell's best's values of ``key`` on the seeds both were tested on, aligned by seed;
-    each seed's two runs must have shared their first rollout step (`respo.study.tables.first_step_problem`,
+    each seed's two runs must have shared their first rollout step (`respo.study.aggregate.first_step_problem`,
     on the recorded weights and first-step score)."""
-    from respo.study.tables import first_step_problem
-
     def as_row(r):
         return {"seed": r["seed"], "start": r.get("weights", ""), "step_scores": r.get("step_scores", []),
                 "run": r.get("run") or r.get("where", "a row")}

@@ -342,21 +342,10 @@ def _tost(d: float, se: float, df: float, margin: float, n_a: int, n_b: int, alp
 
 
 @dataclass(frozen=True)
-class PairedTest:
-    """`one_sample`'s and `paired`'s result (module docstring): the mean difference ``diff`` over ``n``
-    pairs, its ``se``, t, df = n − 1, two-sided p and (1 − ``alpha``) interval. ``n_a`` = ``n_b`` = n, so
-    `verdict` and `Judged` read it as they read a `WelchTest`."""
-
-    diff: float
-    t: float
-    df: float
-    p: float
-    n_a: int
-    n_b: int
-    se: float
-    ci_low: float
-    ci_high: float
-    alpha: float
+class PairedTest(WelchTest):
+    """`one_sample`'s and `paired`'s result (module docstring), with a `WelchTest`'s fields so `verdict` and
+    `Judged` read it alike: the mean difference ``diff`` over ``n`` pairs, its ``se``, t, df = n − 1, two-sided
+    p and (1 − ``alpha``) interval; ``n_a`` = ``n_b`` = n."""
 
     @property
     def n(self) -> int:
@@ -490,7 +479,7 @@ class Judged:
     """One comparison of a family (`judge`): the tests, their p values adjusted within the family,
     and `verdict`'s words from the adjusted ones."""
 
-    welch: WelchTest | PairedTest  # the two-sided test (Welch's, or the paired t-test)
+    welch: WelchTest  # the two-sided test: Welch's, or the paired t-test (a `PairedTest`)
     tost: Tost | None
     p_adj: float  # the two-sided p adjusted within the family (NaN: no test)
     p_tost_adj: float  # the TOST p adjusted within the family (NaN: no test or no margin)

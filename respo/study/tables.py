@@ -70,8 +70,8 @@ from typing import Iterable, Sequence
 
 from respo.errors import RespoError
 from respo.fileio import write_text_atomic
-from respo.study.aggregate import Run, best_per_column, early_max, fmt_cell, greedy_acc, late_mean, load_runs, \
-    mean_std, nanmean, pass_at_1, pooled_low_fraction, run_mean
+from respo.study.aggregate import Run, best_per_column, early_max, first_step_problem, fmt_cell, greedy_acc, \
+    late_mean, load_runs, mean_std, nanmean, pass_at_1, pooled_low_fraction, run_mean
 from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
@@ -394,27 +394,11 @@ _HEAD_COLS = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "same_batch_respo
               "entropy_late", "grad_clip_rate")
 
 
-def first_step_problem(a: dict, b: dict) -> str | None:
-    """Why two rows of one seed (two arms) did not share their first rollout step, or None when nothing
-    recorded says they did not: the same seed, the same recorded starting policy (``start``), and, where both
-    record it (N > 1), the same mean score of the first rollout step (``step_scores``: its samples, hence its
-    scores, are the same for every objective when the step was shared)."""
-    if a["seed"] != b["seed"]:
-        return f"{a['run']} is seed {a['seed']} and {b['run']} seed {b['seed']}"
-    if a.get("start", "") != b.get("start", ""):
-        return f"{a['run']} started from {a['start'] or 'an unrecorded policy'} and {b['run']} from " \
-               f"{b['start'] or 'an unrecorded policy'}"
-    sa, sb = a.get("step_scores") or [], b.get("step_scores") or []
-    if sa and sb and abs(sa[0] - sb[0]) > 1e-6:
-        return f"the first rollout step scored {sa[0]:.6g} in {a['run']} and {sb[0]:.6g} in {b['run']}"
-    return None
-
-
 def by_seed(a_rows: Sequence[dict], b_rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
     """Two arms' values of column ``key`` on the seeds both ran, aligned by seed (for a paired test).
 
     Raises:
-        TableError: a seed's two rows did not share their first rollout step (`first_step_problem`).
+        TableError: a seed's two rows did not share their first rollout step (`respo.study.aggregate.first_step_problem`).
     """
     a_by, b_by = {r["seed"]: r for r in a_rows}, {r["seed"]: r for r in b_rows}
     seeds = sorted(set(a_by) & set(b_by))
