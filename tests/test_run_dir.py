@@ -220,3 +220,59 @@ def test_an_infinite_learning_rate_is_refused_before_anything_is_written(tmp_pat
     line = one_error_line(capsys.readouterr().err, "train")
     assert "lr must be a finite number, got inf" in line
     assert not (tmp_path / "run").exists()
+
+
+# ---- a log that disagrees with the checkpoint is never continued ------------------------------------
+def _rewrite_log(run: Path, keep) -> str:
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    text = "".join(keep(lines))
+    (run / "metrics.jsonl").write_text(text)
+    return text
+
+
+def test_resume_refuses_a_log_that_lost_updates_the_checkpoint_has(finished_run, tmp_path, capsys):
+    # the run's log kept its first 2 of 4 update records; its newest checkpoint is at update 4: resuming would
+    # log updates 1-2 and 5-6, a gap that every window computed later would silently span
+    run = _copy(finished_run, tmp_path)
+    text = _rewrite_log(run, lambda lines: [ln for ln in lines if '"event"' not in ln][:2])
+    capsys.readouterr()
+    assert train_cli(run, "--resume", "--updates", "6", "--checkpoint-every", "2") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert "logs updates 1–2 (2 records)" in line and "checkpoint is at update 4" in line, line
+    assert (run / "metrics.jsonl").read_text() == text  # nothing touched
+
+
+def test_resume_leaves_out_a_torn_last_line_with_a_warning(finished_run, tmp_path):
+    run = _copy(finished_run, tmp_path)
+    _rewrite_log(run, lambda lines: [*lines, '{"update": 5, "sco'])  # killed while writing update 5
+    with pytest.warns(UserWarning, match=r"metrics\.jsonl: line \d+ is torn"):
+        assert train_cli(run, "--resume", "--updates", "6", "--checkpoint-every", "2") == 0
+    assert [r["update"] for r in records(run) if "event" not in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_refuses_a_damaged_line_naming_file_and_line(finished_run, tmp_path, capsys):
+    run = _copy(finished_run, tmp_path)
+    text = _rewrite_log(run, lambda lines: ["{not json\n", *lines[1:]])
+    capsys.readouterr()
+    assert train_cli(run, "--resume", "--updates", "6") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert "metrics.jsonl: line 1 is not a JSON record" in line, line
+    assert (run / "metrics.jsonl").read_text() == text
+
+
+def test_report_and_table_refuse_a_run_whose_log_has_a_gap(finished_run, tmp_path, capsys):
+    from respo.cli import main
+
+    run = _copy(finished_run, tmp_path)
+    _rewrite_log(run, lambda lines: [ln for ln in lines if '"update": 3,' not in ln or '"event"' in ln])
+    for argv in (["report", str(run), "--out", str(tmp_path / "rep")], ["table", "calib", str(run)]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        line = one_error_line(capsys.readouterr().err, argv[0])
+        assert "logs updates 1–2, 4 (3 records)" in line and "finished at update 4" in line, line
+    assert not (tmp_path / "rep").exists()
+    # a log that ends early without a gap: a finished run's windows would be computed on 2 of its 4 updates
+    _rewrite_log(run, lambda lines: [ln for ln in lines if '"update": 4,' not in ln or '"event"' in ln])
+    capsys.readouterr()
+    assert main(["table", "calib", str(run)]) == 2
+    assert "logs updates 1–2 (2 records), but the run finished at update 4" in capsys.readouterr().err

@@ -18,7 +18,8 @@ from respo.study.aggregate import (Run, best_per_column, early_max, fmt_cell, la
                                    pass_at_1, pooled_low_fraction, run_mean)
 from respo.study.plots import kernel_coefficients, logw_samples_from_quantiles
 from respo.study.report import build_report
-from respo.study.sweep import ABLATION_KERNELS, objective_label, plan, run_name
+from respo.study.grid import plan
+from respo.study.names import ABLATION_KERNELS, objective_label, run_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -331,7 +332,8 @@ def test_sweep_resumes_from_a_checkpoint_and_restarts_a_run_killed_before_its_fi
     # A run with a checkpoint continues (--resume); one killed before its first checkpoint left only
     # partial records, which cannot be continued, so it starts again (--overwrite) instead of being
     # refused as a used directory on every relaunch.
-    from respo.study.sweep import RunSpec, train_command
+    from respo.study.grid import RunSpec
+    from respo.study.supervise import train_command
 
     spec = RunSpec(name="r", overrides={"lr": 1e-4})
     run = tmp_path / "r"
@@ -397,7 +399,8 @@ def test_runs_csv_long_study_columns(tmp_path):
 
 
 def test_long_presets_plan_their_grids():
-    from respo.study.sweep import LONG_KERNELS, LONG_LR
+    from respo.study.grid import LONG_LR
+    from respo.study.names import LONG_KERNELS
 
     main = plan("long-main", _args())
     labels = {"grpo", "vespo", "respo", "respo+/vespo-", "respo+/respo0-"}
@@ -443,3 +446,45 @@ def test_long_calibrate_preset_plans_its_grid():
     # learning rate varies slowest (one seed): 1e-5 comes last, so the grid can be cut by dropping it
     assert [s.overrides["lr"] for s in runs] == [3e-5] * 4 + [1e-4] * 4 + [1e-5] * 4
     assert len(plan("long-calibrate", _args(lrs=[3e-5, 1e-4]))) == 8
+
+
+def test_report_states_the_sft_prompt_count_and_the_papers_figures_from_their_records(tmp_path, monkeypatch):
+    """The starting policy's pass rate is said with the number of prompts its SFT record names (64 here, not a
+    number written into the code), and the paper's figures come from respo/study/paper.toml."""
+    from respo.study import paper
+
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        for n in (1, 8):
+            d = _fake_run(sweep, "grpo", n, 3e-5 if seed == 0 else 1e-4, seed, [0.2] * 16)
+            cfg = json.loads((d / "config.json").read_text())
+            cfg["policy"] = {"pass_rate": 0.46875, "config": {"eval_n": 64},
+                             "pass_rate_measured_on": "64 held-out prompts, one sample each, temperature 1"}
+            (d / "config.json").write_text(json.dumps(cfg))
+    text = build_report([sweep], tmp_path / "r", shared_lr=3e-5).read_text()
+    assert "as recorded by its SFT (64 prompts, one sample each): 0.46875." in text
+    assert "512" not in text
+    # 22.8 %, 38.5 % and 15.5 % are paper.toml's figures: another file, other words
+    assert "(22.8 % in Chen, Ban, Hsieh 2026)" in text and "38.5 % of ReSPO's mass vs 15.5 % under VESPO" in text
+    fake = tmp_path / "paper.toml"
+    fake.write_text(paper.PAPER_FILE.read_text().replace("value = 0.228", "value = 0.311"))
+    monkeypatch.setattr(paper, "PAPER_FILE", fake)
+    paper._paper.cache_clear()
+    try:
+        text = build_report([sweep], tmp_path / "r2", shared_lr=3e-5).read_text()
+    finally:
+        paper._paper.cache_clear()
+    # 0.311 -> "31.1 %", rounded to ten points "about 30 %"
+    assert "about 30 % of positives at log W < −1 at high N (31.1 % in Chen, Ban, Hsieh 2026)" in text
+    assert "22.8" not in text
+
+
+def test_paper_figures_name_their_source():
+    from respo.study.paper import paper_figure
+
+    f = paper_figure("frac_pos_low_w")
+    assert (f.value, f.percent, f.about, f.cite, f.arxiv) == (0.228, "22.8 %", "about 20 %", "Chen, Ban, Hsieh 2026",
+                                                              "2609.35433")
+    assert f.setting == "N = 32 on Qwen3-30B-A3B" and f.where
+    with pytest.raises(KeyError, match="no figure 'nope'"):
+        paper_figure("nope")

@@ -1,6 +1,6 @@
 """Run names and objective labels (respo.study.names) follow the core's published kernels."""
 
-from respo.study import names, sweep
+from respo.study import aggregate, grid, names
 
 
 def test_kernel_specs_are_the_core_defaults():
@@ -22,6 +22,6 @@ def test_run_name_and_one_definition():
     ov = {"objective": "reshaped", "objective_kwargs": {"pos_kernel": "respo(2,0.5,2)", "neg_kernel": "vespo(3,2)"},
           "reuse": 32, "lr": 3e-5, "seed": 1, "updates": 64}
     assert names.run_name(ov) == "tiny-dense_respopos.vesponeg_N32_G8_lr3e-05_s1_u64"
-    # the sweep uses these very objects (no second copy to drift)
-    assert sweep.run_name is names.run_name and sweep.objective_label is names.objective_label
-    assert sweep.ABLATION_KERNELS is names.ABLATION_KERNELS and sweep.LONG_KERNELS is names.LONG_KERNELS
+    # the sweep's grid and the tables' runs use these very objects (no second copy to drift)
+    assert grid.run_name is names.run_name and aggregate.objective_label is names.objective_label
+    assert grid.ABLATION_KERNELS is names.ABLATION_KERNELS and grid.LONG_KERNELS is names.LONG_KERNELS

@@ -422,3 +422,93 @@ def test_a_label_does_not_hide_a_duplicate_within_it(tmp_path, capsys):
     a = _write_runs(tmp_path / "a.csv", _cell())
     code, out, err = _main(["recommend", f"128:x={a}", f"128:x={a}"], capsys)
     assert code == 2 and "duplicate" in err and "start x" in err
+
+
+def test_a_length_label_the_runs_contradict_is_refused(tmp_path, capsys):
+    """`respo recommend 32=...` on 128-token runs headed its table "32 response tokens"; the label is checked
+    against the runs' recorded mean response length (median over the file's runs)."""
+    from respo.cli import main
+
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    main128 = f"{root}/reports/long/main-128/runs.csv"  # recorded lengths 127.7 .. 127.9
+    assert main(["recommend", f"32={main128}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "labelled 32 response tokens" in err[0] and "127.8 tokens" in err[0], err
+    assert f"128={main128}" in err[0]
+    assert main(["recommend", f"256={main128}"]) == 2  # 127.8 is 50 % below 256
+    capsys.readouterr()
+    assert main(["recommend", f"128={main128}"]) == 0
+    # within the tolerance: 25 % of 110 = 27.5 tokens (127.8 - 110 = 17.8); 25 % of 100 = 25 < 27.8 is not
+    assert main(["recommend", f"110={main128}"]) == 0
+    assert main(["recommend", f"100={main128}"]) == 2
+    # a file written before the column existed cannot be checked and passes
+    assert main(["recommend", f"32={root}/reports/staleness/runs.csv"]) == 0
+
+
+def test_a_finished_row_whose_log_lost_updates_is_refused(tmp_path, capsys):
+    from respo.cli import main
+
+    from pathlib import Path
+
+    with (Path(__file__).parents[1] / "reports/long/main-128/runs.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    rows[3]["updates_logged"] = "100"  # finished at 256 updates with 100 records: windows on a damaged log
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["recommend", f"128={path}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} line 5" in err and "its log holds 100 update record(s)" in err, err
+    assert main(["table", "headline", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line 5" in err and "its log holds 100 update record(s)" in err, err
+
+
+def test_paired_recommend_pairs_each_seeds_runs(tmp_path, capsys):
+    from respo.cli import main
+
+    cols = ["run", "model", "objective", "reuse", "group_size", "lr", "seed", "routing_replay", "updates",
+            "finished", "late_mean", "pass@1", "start", "step_scores"]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for obj, xs in (("respo", [0.5, 0.6, 0.7]), ("vespo", [0.4, 0.45, 0.65])):
+            for s, x in enumerate(xs):
+                w.writerow([f"{obj}_s{s}", "tiny-dense", obj, "8", "8", "3e-05", s, "False", "16", "True", x, x,
+                            "abc", "[0.45, 0.5]"])
+    assert main(["recommend", f"32={path}", "--paired"]) == 0
+    out = capsys.readouterr().out
+    # vespo - respo per seed: -.10, -.15, -.05: paired p = .074 (Welch's would be .359)
+    vespo = next(ln for ln in out.splitlines() if "| vespo (3e-05, edge) |" in ln)
+    assert "| -0.100 | 0.074 |" in vespo and "95 % CI -0.224, +0.024" in vespo, vespo
+    assert "the paired two-sided t-test over the seeds both ran" in out
+    assert main(["recommend", f"32={path}"]) == 0
+    assert "| -0.100 | 0.359 |" in capsys.readouterr().out
+    text = path.read_text().replace("vespo_s1,tiny-dense,vespo,8,8,3e-05,1,False,16,True,0.45,0.45,abc,\"[0.45, 0.5]\"",
+                                    "vespo_s1,tiny-dense,vespo,8,8,3e-05,1,False,16,True,0.45,0.45,abc,\"[0.41, 0.5]\"")
+    assert text != path.read_text()
+    path.write_text(text)
+    assert main(["recommend", f"32={path}", "--paired"]) == 2
+    assert "did not share their first rollout step" in capsys.readouterr().err
+
+
+def test_a_cell_pooled_from_files_that_record_no_start_is_labelled(tmp_path, capsys):
+    """main-128/runs.csv records no starting policy; pooled with main-128-corrections (which records one) the
+    128-token 8-step cell cannot show one starting policy and says so; each file alone is not labelled."""
+    from pathlib import Path
+
+    from respo.cli import main
+
+    root = Path(__file__).parents[1] / "reports" / "long"
+    assert main(["recommend", f"128={root}/main-128/runs.csv", f"128={root}/main-128-corrections/runs.csv"]) == 0
+    out = capsys.readouterr().out
+    assert (f"- 128 tokens, N = 32, 8 rollout steps: pooled from several runs.csv files, and {root}/main-128/runs.csv "
+            "records no starting policy (`start`) for its runs") in out
+    for f in ("main-128", "main-128-corrections"):
+        assert main(["recommend", f"128={root}/{f}/runs.csv"]) == 0
+        assert "no starting policy" not in capsys.readouterr().out

@@ -341,3 +341,81 @@ def test_judge_tests_a_family_adjusts_it_and_words_each_verdict():
     assert judge([(A_EQ, B_EQ)], margin=0.05)[0].verdict == "equivalent within ±0.05"
     assert judge([([1, 2, 3], [4, 5, 6]), (A_EQ, B_EQ)], method="holm")[0].p_adj == pytest.approx(0.042624, abs=1e-6)
     assert judge([], margin=0.03) == []
+
+
+# ---- paired tests over seeds and the 2 x 2 factorial (df = 2 has closed forms) -------------------------
+# For df = 2: P(|T| >= t) = 1 - t/sqrt(t^2 + 2), the one-sided tail is half that, t_{.975, 2} = 4.302653.
+def test_paired_t_by_hand_and_what_pairing_gains_over_welch():
+    from respo.study.stats import paired, welch
+
+    a, b = [0.5, 0.6, 0.7], [0.4, 0.45, 0.65]
+    # d = [.10, .15, .05]: mean .10, s_d = sqrt((0 + .05^2 + .05^2)/2) = .05, se = .05/sqrt(3) = .028868,
+    # t = 3.4641, df = 2, p = 1 - 3.4641/sqrt(12 + 2) = 1 - .92582 = .07418,
+    # CI .10 ± 4.302653 * .028868 = .10 ± .12421 = [-.02421, .22421]
+    t = paired(a, b)
+    assert (t.diff, t.se, t.t, t.df, t.n) == (pytest.approx(0.1), pytest.approx(0.028868, abs=1e-6),
+                                               pytest.approx(3.4641, abs=1e-4), 2.0, 3)
+    assert t.p == pytest.approx(0.07418, abs=1e-5)
+    assert (t.ci_low, t.ci_high) == (pytest.approx(-0.02421, abs=1e-5), pytest.approx(0.22421, abs=1e-5))
+    # unpaired, the seed-to-seed spread stays in the error: Welch's se = sqrt(.01/3 + .0175/3) = .095743,
+    # t = 1.0445, p = .359
+    assert welch(a, b).p == pytest.approx(0.3593, abs=1e-4)
+
+
+def test_paired_drops_a_pair_with_a_missing_value_and_needs_aligned_samples():
+    from respo.study.stats import paired
+
+    t = paired([0.5, math.nan, 0.6, 0.7], [0.4, 0.9, 0.45, 0.65])  # the second seed has no value in a
+    assert t.n == 3 and t.diff == pytest.approx(0.1)
+    assert math.isnan(paired([0.5], [0.4]).p)  # one pair: no test
+    with pytest.raises(ValueError, match="one value of each per pair"):
+        paired([0.5, 0.6], [0.4])
+
+
+def test_paired_tost_by_hand():
+    from respo.study.stats import paired_tost
+
+    # d = [.02, -.01, .01]: mean .006667, s_d = .015275, se = .0088192, df = 2
+    # lower: t = (.006667 + .05)/.0088192 = 6.4254, p = (1 - 6.4254/sqrt(41.286 + 2))/2 = .011693
+    # upper: t = (.006667 - .05)/.0088192 = -4.9135, p = (1 - 4.9135/sqrt(24.143 + 2))/2 = .019506
+    eq = paired_tost([0.5, 0.6, 0.7], [0.48, 0.61, 0.69], 0.05)
+    assert eq.p_lower == pytest.approx(0.011693, abs=1e-5) and eq.p_upper == pytest.approx(0.019506, abs=1e-5)
+    assert eq.p == eq.p_upper and eq.equivalent
+
+
+def test_factorial_2x2_contrasts_by_hand():
+    from respo.study.stats import FACTORIAL_CONTRASTS, factorial_2x2
+
+    rr, rv = [0.50, 0.60, 0.55], [0.60, 0.68, 0.65]  # R+R-, R+V-
+    vr, vv = [0.40, 0.52, 0.42], [0.62, 0.70, 0.66]  # V+R-, V+V-
+    # per seed: R+R- - R+V- = -.10, -.08, -.10;  V+R- - V+V- = -.22, -.18, -.24
+    #           R+R- - V+R- =  .10,  .08,  .13;  R+V- - V+V- = -.02, -.02, -.01
+    # negative branch c- = ½[(-.10 - .22), (-.08 - .18), (-.10 - .24)] = -.16, -.13, -.17: mean -.153333,
+    #   s = sqrt((.006667^2 + .023333^2 + .016667^2)/2) = .020817, se = .012019, t = -12.758,
+    #   p = 1 - 12.758/sqrt(162.77 + 2) = .006088
+    # positive branch c+ = ½[(.10 - .02), (.08 - .02), (.13 - .01)] = .04, .03, .06: mean .043333, s = .015275,
+    #   se = .0088192, t = 4.9135, p = 1 - 4.9135/sqrt(24.143 + 2) = .039012, CI .043333 ± 4.302653 * .0088192
+    #   = [.005388, .081279]
+    # interaction c× = (-.10 + .22), (-.08 + .18), (-.10 + .24) = .12, .10, .14: mean .12, s = .02,
+    #   se = .011547, t = 10.392, p = 1 - 10.392/sqrt(108 + 2) = .009133
+    c = factorial_2x2(rr, rv, vr, vv)
+    assert tuple(c) == FACTORIAL_CONTRASTS == ("negative branch", "positive branch", "interaction")
+    neg, pos, inter = (c[k] for k in FACTORIAL_CONTRASTS)
+    assert neg.diff == pytest.approx(-0.153333, abs=1e-6) and neg.t == pytest.approx(-12.758, abs=1e-3)
+    assert neg.p == pytest.approx(0.006088, abs=1e-6)
+    assert pos.diff == pytest.approx(0.043333, abs=1e-6) and pos.p == pytest.approx(0.039012, abs=1e-6)
+    assert (pos.ci_low, pos.ci_high) == (pytest.approx(0.005388, abs=1e-6), pytest.approx(0.081279, abs=1e-6))
+    assert inter.diff == pytest.approx(0.12) and inter.p == pytest.approx(0.009133, abs=1e-6)
+    # a seed missing in one arm leaves every contrast
+    c = factorial_2x2(rr + [0.5], rv + [math.nan], vr + [0.4], vv + [0.6])
+    assert all(t.n == 3 for t in c.values()) and c["interaction"].diff == pytest.approx(0.12)
+
+
+def test_judge_pairs_by_seed_when_asked():
+    from respo.study.stats import judge
+
+    a, b = [0.5, 0.6, 0.7], [0.4, 0.45, 0.65]
+    (unpaired,), (by_seed,) = judge([(a, b)]), judge([(a, b)], paired_by_seed=True)
+    assert unpaired.p == pytest.approx(0.3593, abs=1e-4) and by_seed.p == pytest.approx(0.07418, abs=1e-5)
+    # one test in the family: the adjusted p is the p; the verdict quotes the paired interval
+    assert by_seed.p_adj == by_seed.p and by_seed.verdict == "no difference detected (95 % CI -0.024, +0.224)"

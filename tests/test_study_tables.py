@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from respo.study.aggregate import load_runs
-from respo.study.tables import (COLUMNS, TableError, _select, calib_table, fill, headline_tables, read_rows,
-                                regime_table, replay_table, run_row, write_runs_csv)
+from respo.study.tables import (COLUMNS, TableError, _select, calib_table, factorial_table, fill, headline_tables,
+                                read_rows, regime_table, replay_table, run_row, write_runs_csv)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -367,11 +367,13 @@ def test_run_row_cost_and_per_staleness_by_hand(tmp_path):
 
 
 def test_per_staleness_columns_round_trip_and_a_staleness_no_update_had(tmp_path):
-    d = _staleness_run(tmp_path / "runs")
-    # drop update 3 (the only other staleness-2 update is 6, which has no kl_k3): staleness 2 has no kl_k3 at all
-    lines = (d / "metrics.jsonl").read_text().splitlines()
-    (d / "metrics.jsonl").write_text("\n".join(lines[:2] + lines[3:]) + "\n")
-    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    _staleness_run(tmp_path / "runs")
+    # drop update 3 (the only other staleness-2 update is 6, which has no kl_k3): staleness 2 has no kl_k3 at all.
+    # Dropped from the records read, not from the file: load_runs refuses a log with a gap.
+    (run,) = load_runs([tmp_path / "runs"])
+    run.records = run.records[:2] + run.records[3:]
+    run.coords["updates"] = len(run.records)  # a whole 5-update log (a finished row's log must be whole)
+    write_runs_csv([run], tmp_path / "runs.csv")
     (row,), absent = read_rows([tmp_path / "runs.csv"])
     assert absent == set()
     assert row["staleness:kl_k3"][:2] == pytest.approx([0.0, 0.15]) and math.isnan(row["staleness:kl_k3"][2])
@@ -453,3 +455,102 @@ def test_an_update_mixing_staleness_levels_is_in_no_entry(tmp_path):
     assert row["staleness:kl_k3"] == pytest.approx([0.0, 0.1, 0.3])
     assert row["staleness:entropy"] == pytest.approx([0.6, 0.4, 0.4])
     assert row["seconds_per_update"] == pytest.approx(64 / 6)
+
+
+def test_the_study_floor_imports_nothing_from_the_cli():
+    """No arrow from respo/study up to respo.cli: `respo table fill` parses its blocks with the study's own
+    parsers."""
+    import ast
+
+    study = Path(__file__).resolve().parents[1] / "respo" / "study"
+    for path in study.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "respo.cli" or n.startswith("respo.cli.") for n in names), path.name
+
+
+# ---- paired tests and the 2 x 2 factorial (the numbers of tests/test_study_stats.py's hand-worked cases) ---
+def _row(objective, seed, late, pass1, *, first=0.45, start="abc123", lr=3e-5, reuse=8):
+    row = {c: ([] if c in ("step_scores",) or c.startswith("staleness:") else math.nan) for c in COLUMNS}
+    row.update({"run": f"{objective}_s{seed}", "objective": objective, "seed": seed, "lr": lr, "reuse": reuse,
+                "finished": True, "late_mean": late, "pass@1": pass1, "start": start, "step_scores": [first, 0.5],
+                "updates": 16, "updates_logged": 16})
+    return row
+
+
+def test_headline_paired_pairs_each_seeds_arms():
+    a, b = [0.5, 0.6, 0.7], [0.4, 0.45, 0.65]
+    rows = [_row("respo", s, x, x) for s, x in enumerate(a)] + [_row("vespo", s, x, x) for s, x in enumerate(b)]
+    welch_line = next(ln for ln in headline_tables(rows) if ln.startswith("| 3e-05 | 8 | respo vs vespo | late mean"))
+    paired = headline_tables(rows, paired=True)
+    line = next(ln for ln in paired if ln.startswith("| 3e-05 | 8 | respo vs vespo | late mean"))
+    # paired: d = [.10, .15, .05], t = 3.4641 (df 2), p = .074, CI [-.024, +.224]; Welch's p = .359
+    assert "| +0.100 | [-0.024, +0.224] | 3.46 (2.0) | 0.074 |" in line, line
+    assert "| 0.359 |" in welch_line, welch_line
+    assert any("paired two-sided t-test over the seeds both ran" in ln for ln in paired)
+    # a seed whose arms did not share their first rollout step cannot be paired
+    rows[1]["step_scores"] = [0.40, 0.5]
+    with pytest.raises(TableError, match="seed 1's arms did not share their first rollout step"):
+        headline_tables(rows, paired=True)
+    rows[1]["step_scores"], rows[1]["start"] = [0.45, 0.5], "another"
+    with pytest.raises(TableError, match="started from another and vespo_s1 from abc123"):
+        headline_tables(rows, paired=True)
+
+
+def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, capsys):
+    from respo.cli import main
+
+    arms = {"respo": [0.50, 0.60, 0.55], "respo+/vespo-": [0.60, 0.68, 0.65],
+            "vespo+/respo-": [0.40, 0.52, 0.42], "vespo": [0.62, 0.70, 0.66]}
+    rows = [_row(o, s, x, x) for o, xs in arms.items() for s, x in enumerate(xs)]
+    rows.append(_row("respo", 3, 0.9, 0.9))  # a seed only one arm ran: in no contrast
+    lines = factorial_table(rows)
+    by = {(ln.split(" | ")[2], ln.split(" | ")[3]): ln for ln in lines if ln.startswith("| 3e-05 | 8 |")}
+    # late mean and pass@1 alike: negative branch -.1533 (p .006088), positive .0433 (p .039012), interaction
+    # .12 (p .009133); BH over the 6 contrasts: 6/4 · .009133 = .0137 for the four smaller, .039012 for the others
+    neg, pos, inter = (by[("late mean", k)] for k in ("negative branch", "positive branch", "interaction"))
+    assert "| 3 | -0.153 | [-0.205, -0.102] | -12.76 (2) | 0.006 | 0.014 |" in neg and neg.endswith("| below 0 |")
+    assert "| +0.043 | [+0.005, +0.081] | 4.91 (2) | 0.039 | 0.039 |" in pos and pos.endswith("| above 0 |")
+    assert "| +0.120 |" in inter and "| 0.009 | 0.014 |" in inter and inter.endswith("| above 0 |")
+    assert by[("pass@1", "negative branch")].split(" | ")[4:] == neg.split(" | ")[4:]
+    with pytest.raises(TableError, match="no \\(lr, N\\) with all four arms"):
+        factorial_table([r for r in rows if r["objective"] != "vespo"])
+    assert main(["table", "calib", "--paired", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "--paired applies to the headline and factorial tables" in capsys.readouterr().err
+
+
+def test_a_table_pooled_from_inputs_that_record_no_start_is_labelled(capsys):
+    from respo.cli import main
+
+    long = REPO / "reports" / "long"
+    pilot = [str(long / "corr-pilot-128/runs.csv"), str(long / "corr-pilot-128/seeds-3-4/runs.csv")]
+    assert main(["table", "headline", *pilot]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"Pooled from 2 inputs, and {pilot[0]}, {pilot[1]} record no starting policy (`start`) "
+                                 "for their runs, so one starting policy is not shown: the table may pool warm starts "
+                                 "that differ.")
+    assert main(["table", "headline", pilot[0]]) == 0  # one input: no label
+    assert "Pooled from" not in capsys.readouterr().out
+
+
+def test_breakdown_is_both_metrics_below_half_the_starting_score():
+    from respo.study.tables import breakdown_table, broke_down, start_score
+
+    # starting score .48 (first rollout step): the bar is .24
+    assert start_score(_row("m2po", 0, 0.2, 0.0, first=0.48)) == 0.48
+    assert broke_down(_row("m2po", 0, 0.167, 0.0, first=0.48))  # .167 < .24 and 0 < .24
+    assert not broke_down(_row("m2po", 2, 0.167, 0.562, first=0.48))  # training fell, held-out did not
+    assert not broke_down(_row("tis", 0, 0.682, 0.0, first=0.48))  # held-out fell, training did not
+    assert not broke_down(_row("tis", 1, 0.24, 0.1, first=0.48))  # .24 is not below .24
+    no_step = _row("grpo", 0, 0.1, 0.1)
+    no_step["step_scores"], no_step["first8_score"] = [], 0.3  # N = 1: the first 8 updates' mean, bar .15
+    assert start_score(no_step) == 0.3 and broke_down(no_step)
+    no_step["first8_score"] = math.nan  # an older runs.csv records neither
+    assert broke_down(no_step) is None
+    rows = [_row("m2po", 0, 0.167, 0.0, first=0.48), _row("m2po", 1, 0.178, 0.031, first=0.44),
+            _row("m2po", 2, 0.25, 0.562, first=0.48), no_step]
+    lines = breakdown_table(rows)
+    assert "| 3e-05 | 8 | m2po | 3 | 2 of 3 | 0, 1 | 0.467 |" in lines  # (.48 + .44 + .48)/3
+    assert "| 3e-05 | 8 | grpo | 1 | 0 of 0 (1 —) | — | — |" in lines

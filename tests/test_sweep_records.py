@@ -96,7 +96,7 @@ def test_a_killed_sweep_takes_its_runs_with_it_and_a_second_sweep_counts_them_as
 def _fake_finished_run(sweep: Path, max_new_tokens: int) -> str:
     """A finished quick-preset run made with ``max_new_tokens``, its config.json written as `respo train`
     writes it (every field of the config, as the sweep's command line sets it)."""
-    from respo.study.sweep import BASE_CONFIG, plan
+    from respo.study.grid import BASE_CONFIG, plan
     from respo.train.config import config_to_dict, load_config
 
     args = Namespace(updates=1, lrs=None, seeds=None, reuse=None, objectives=["grpo"],
@@ -137,7 +137,7 @@ def test_a_stale_lock_never_makes_a_run_look_busy_and_no_lock_is_left(tmp_path):
     finished = _fake_finished_run(sweep, max_new_tokens=22)
     # a killed sweep's locks name a process id that has since been reused: here this test's own live process
     (sweep / "runs" / finished / "sweep.lock").write_text(str(os.getpid()))
-    from respo.study.sweep import plan
+    from respo.study.grid import plan
 
     args = Namespace(updates=1, lrs=None, seeds=None, reuse=[2], objectives=["grpo"],
                      set={"eval_prompts": 0, "max_new_tokens": 22})
@@ -162,7 +162,8 @@ def test_a_second_sweep_invocation_reuses_its_warm_starts_baseline_evaluation(tm
     import respo.train.policy as policy_mod
     from respo.runtime.models import build_policy
     from respo.runtime.tokenizer import build_char_tokenizer
-    from respo.study.sweep import RunSpec, _prewarm
+    from respo.study.baseline import prewarm as _prewarm
+    from respo.study.grid import RunSpec
 
     tok = build_char_tokenizer()
     info = {"warm_start": {"key": "k1", "pass_rate": 0.4}}
@@ -212,7 +213,7 @@ def test_runs_whose_warm_start_the_sweep_measured_skip_their_own_before_evaluati
 
 
 def test_sweep_baseline_is_the_sweeps_record_only_for_the_same_policy_and_protocol(tmp_path):
-    from respo.study.sweep import eval_protocol, sweep_baseline
+    from respo.study.baseline import eval_protocol, sweep_baseline
 
     run = tmp_path / "sw" / "runs" / "r"
     run.mkdir(parents=True)

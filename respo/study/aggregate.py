@@ -20,12 +20,14 @@ from typing import Any, Iterable, Sequence
 from respo.core.diagnostics import LOG_W_BIN_EDGES, LOG_W_BIN_NAMES
 from respo.core.objectives import hyperparameters
 from respo.study.names import objective_label
-from respo.train.metrics import read_jsonl
+from respo.errors import RespoError
+from respo.fileio import read_jsonl
+from respo.train.rundir import log_problem
 from respo.train.scores import early_max, late_mean
 
-__all__ = ["Run", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
+__all__ = ["Run", "RunLogError", "load_runs", "late_mean", "early_max", "mean_std", "best_per_column", "fmt_cell",
            "metric_series", "run_mean", "group_runs", "STARVATION_KEYS", "nanmean", "kernels_label",
-           "pooled_low_fraction", "pass_at_1", "greedy_acc"]
+           "pooled_low_fraction", "pass_at_1", "greedy_acc", "first_step_problem"]
 
 STARVATION_KEYS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved")
 
@@ -51,8 +53,19 @@ class Run:
         return [r["score"] for r in self.records if r.get("score") is not None]
 
 
+class RunLogError(RespoError):
+    """A run whose ``metrics.jsonl`` does not hold one record per update 1, 2, .. (a gap, a repeat, or a
+    finished run that logged fewer or more updates than it took)."""
+
+
 def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
-    """Every run directory (has ``config.json``) under the given sweep directories or run dirs."""
+    """Every run directory (has ``config.json``) under the given sweep directories or run dirs.
+
+    Raises:
+        RunLogError: a run's log has a gap or a repeat, or a finished run logged another number of updates
+            than its ``updates`` (`respo.train.rundir.log_problem`).
+        respo.fileio.LogReadError: a line of a log other than a torn last one is not a JSON record.
+    """
     runs, seen = [], set()
     for d in dirs:
         d = Path(d)
@@ -65,6 +78,13 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
             cfg = json.loads((rd / "config.json").read_text())
             recs = read_jsonl(rd / "metrics.jsonl") if (rd / "metrics.jsonl").is_file() else []
             summ = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").is_file() else None
+            problem = log_problem([r.get("update") for r in recs if "event" not in r],
+                                  cfg.get("updates") if summ is not None else None)
+            if problem:
+                raise RunLogError(f"{rd / 'metrics.jsonl'} {problem}"
+                                  + (f", but the run finished at update {cfg.get('updates')}" if summ is not None else "")
+                                  + ": its windows would be computed on the wrong updates; restore its log or leave "
+                                    "the run out")
             label = objective_label(cfg.get("objective", "?"), cfg.get("objective_kwargs") or {})
             if cfg.get("loss_agg_mode"):  # an aggregation override is its own row of every table
                 label += f"@{cfg['loss_agg_mode']}"
@@ -202,3 +222,19 @@ def fmt_cell(mean: float, std: float, n: int, *, digits: int = 3, bold: bool = F
         s += f" ± {std:.{digits}f}"
     s += f" ({n})"
     return f"**{s}**" if bold else s
+
+
+def first_step_problem(a: dict, b: dict) -> str | None:
+    """Why two rows of one seed (two arms) did not share their first rollout step, or None when nothing
+    recorded says they did not: the same seed, the same recorded starting policy (``start``), and, where both
+    record it (N > 1), the same mean score of the first rollout step (``step_scores``: its samples, hence its
+    scores, are the same for every objective when the step was shared)."""
+    if a["seed"] != b["seed"]:
+        return f"{a['run']} is seed {a['seed']} and {b['run']} seed {b['seed']}"
+    if a.get("start", "") != b.get("start", ""):
+        return f"{a['run']} started from {a['start'] or 'an unrecorded policy'} and {b['run']} from " \
+               f"{b['start'] or 'an unrecorded policy'}"
+    sa, sb = a.get("step_scores") or [], b.get("step_scores") or []
+    if sa and sb and abs(sa[0] - sb[0]) > 1e-6:
+        return f"the first rollout step scored {sa[0]:.6g} in {a['run']} and {sb[0]:.6g} in {b['run']}"
+    return None

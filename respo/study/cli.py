@@ -15,18 +15,10 @@ def _command() -> str:
     return prog + " " + shlex.join(sys.argv[1:])
 
 
-def _run_sweep(args: argparse.Namespace) -> int:
-    import json
+def _sweep(args: argparse.Namespace) -> int:
+    from respo.study.sweep import cmd_sweep
 
-    from respo.study.sweep import exit_code, plan, run_sweep
-
-    if args.set is not None:
-        args.set = dict(args.set)
-    res = run_sweep(args.out, plan(args.preset, args), jobs=args.jobs, threads=args.threads, base_config=args.config,
-                    preset=args.preset, command=_command(), prewarm=not args.no_prewarm, dry_run=args.dry_run,
-                    device=args.device)
-    print(json.dumps(res, indent=1))
-    return exit_code(res)
+    return cmd_sweep(args, _command())
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -42,7 +34,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="resumable grid of training runs (the staleness study)",
                               description=sweep.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sweep.add_arguments(p)
-    p.set_defaults(func=_run_sweep)
+    p.set_defaults(func=_sweep)
     p = subparsers.add_parser("report", help="report.md + figures from sweep directories",
                               description=report.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_arguments(p)

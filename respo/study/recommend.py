@@ -7,7 +7,9 @@ runs of different budgets are never pooled. ``LENGTH:START=RUNS_CSV`` names the 
 file's runs (``128:rebuilt=runs.csv``): files of one length with different START labels are separate
 cells. Runs that record their starting policy's weights (the ``start`` column) are never pooled with
 runs of other weights in one cell: that is refused in one line, naming both rows, until a START label
-separates them. In a cell each objective is taken at its own best learning rate (highest
+separates them. A cell pooled from several files whose runs do not all record their weights (files
+written before the column, or runs of a preset) cannot show one starting policy: it is labelled so under the
+table. In a cell each objective is taken at its own best learning rate (highest
 mean late mean over seeds, among learning rates with at least ``--min-seeds`` seeds), flagged
 ``edge`` when that rate is the lowest or highest it was run at (or the only one): its true best may
 lie outside the grid. The cell's best is the objective with the highest such mean. Every other
@@ -31,6 +33,11 @@ Winner's curse: each objective's learning rate and the cell's best are picked on
 they are then tested on, which favours the picked ones; the output says so. ``--select-seeds``
 picks them on some seeds and tests on the others (held out) instead.
 
+The LENGTH label is checked against the runs: a file whose runs record a mean response length (runs.csv's
+``response_length``, median over its runs) more than a quarter away from LENGTH is refused, naming the length
+they record. A finished row whose log holds fewer update records than its updates (``updates_logged``) is
+refused: its scores were computed on a damaged log.
+
 A seed counts once: two finished rows with the same objective, learning rate and seed in one cell
 (length, N, budget) are refused, naming both rows (run names are no key: a sweep's names recur in
 other studies). The same runs continued to a longer budget (another cell) are not duplicates, but
@@ -41,17 +48,18 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from respo.errors import RespoError
-from respo.study.aggregate import nanmean
+from respo.study.aggregate import first_step_problem, nanmean
 from respo.study.stats import ADJUST_METHODS, Judged, format_p, judge
 
-__all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "recommend", "markdown", "add_arguments", "run",
-           "DEFAULT_MARGIN", "METRICS"]
+__all__ = ["RecommendError", "Test", "Entry", "Cell", "load_rows", "check_length", "start_unshown", "recommend", "markdown",
+           "add_arguments", "run", "DEFAULT_MARGIN", "METRICS", "LENGTH_TOLERANCE"]
 
 _NEEDED = ("objective", "reuse", "lr", "seed", "updates", "finished", "late_mean", "pass@1")
 #: The two metrics every objective is compared with the best on.
@@ -79,6 +87,7 @@ class Entry:
     pass1: list[float]
     edge: bool
     vs_best: dict[str, Test] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)  # the tested rows (seeds), for a paired test
 
     @property
     def late_mean(self) -> float:
@@ -103,6 +112,9 @@ class Cell:
     unranked: list[str]  # objectives with too few seeds at every learning rate
     runs: frozenset = frozenset()  # (objective, lr, seed) of every finished run in the cell
     start: str = ""  # the starting policy's label (LENGTH:START=RUNS_CSV); empty when not given
+    #: the files of a cell pooled from several files whose runs do not all record their starting policy
+    #: (`start_unshown`); empty when one starting policy is shown (or the cell is one file's)
+    unshown: tuple = ()
 
     @property
     def tokens(self) -> str:
@@ -146,6 +158,36 @@ def _number(r: dict, col: str, where: str, kind: type = float) -> float | int:
     return x
 
 
+def _score_list(raw: str, where: str) -> list[float]:
+    """A JSON list of numbers (runs.csv's ``step_scores``), null entries read as NaN."""
+    try:
+        return [math.nan if x is None else float(x) for x in json.loads(raw)]
+    except (ValueError, TypeError):
+        raise RecommendError(f"{where}: step_scores {raw[:40]!r} is not a list of numbers") from None
+
+
+#: How far a file's recorded response length (the median over its runs of each run's mean response length,
+#: runs.csv's ``response_length``) may lie from its LENGTH label, as a share of the label: the committed
+#: 128-token cells record 118.7 to 128.2 tokens (7 % below), a 32-token label on them would be 300 % off.
+LENGTH_TOLERANCE = 0.25
+
+
+def check_length(rows: Sequence[dict], length: int, spec: str) -> None:
+    """Refuse a LENGTH label that the rows' recorded response lengths contradict: their median differs from
+    ``length`` by more than `LENGTH_TOLERANCE` of it. Rows that record no length (runs.csv files written
+    before the column) cannot be checked and pass."""
+    lengths = sorted(r["response_length"] for r in rows if math.isfinite(r.get("response_length", math.nan)))
+    if not lengths:
+        return
+    n = len(lengths)
+    median = lengths[n // 2] if n % 2 else (lengths[n // 2 - 1] + lengths[n // 2]) / 2
+    if abs(median - length) > LENGTH_TOLERANCE * length:
+        path = spec.partition("=")[2]
+        raise RecommendError(f"{spec}: labelled {length} response tokens, but its runs record a mean response length "
+                             f"of {median:.1f} tokens (median over {n} run{'s' * (n != 1)}); label it with its own "
+                             f"length (e.g. {round(median)}={path})")
+
+
 def load_rows(path: str | Path, *, length: int, model: str | None = None, group_size: int | None = None,
               routing_replay: bool = False, start: str = "") -> list[dict]:
     """The finished runs of one ``runs.csv`` as rows for `recommend`; ``length`` labels them (response
@@ -182,6 +224,11 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
                     continue
                 if group_size is not None and _number(r, "group_size", where, int) != group_size:
                     continue
+                if "updates_logged" in header and _number(r, "updates_logged", where, int) != _number(
+                        r, "updates", where, int):
+                    raise RecommendError(f"{where}: run {r.get('run') or '?'} finished at update {r['updates']} but "
+                                         f"its log holds {r['updates_logged']} update record(s): its windows were "
+                                         "computed on a damaged log")
                 agg = (r.get("loss_agg_mode") or "").strip()
                 rows.append({"objective": r["objective"] + (f"@{agg}" if agg else ""),
                              "lr": _number(r, "lr", where), "seed": _number(r, "seed", where, int),
@@ -190,6 +237,10 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
                              "weights": (r.get("start") or "").strip(),
                              "updates": _number(r, "updates", where, int), "run": r.get("run") or "",
                              "where": where})
+                if (r.get("response_length") or "").strip():  # recorded since runs.csv has the column
+                    rows[-1]["response_length"] = _number(r, "response_length", where)
+                if (r.get("step_scores") or "").strip() not in ("", "[]"):  # N > 1, since runs.csv has the column
+                    rows[-1]["step_scores"] = _score_list(r["step_scores"], where)
     except OSError as e:
         raise RecommendError(f"cannot read {path}: {e.strerror}") from None
     except UnicodeDecodeError as e:
@@ -221,6 +272,20 @@ def _check_starts(rows: Sequence[dict]) -> None:
                                  f"{a.get('where', 'a row')} and {r['weights']} in {r.get('where', 'another row')}; "
                                  f"give each file its own label (LENGTH:START=RUNS_CSV, e.g. {r['length']}:rebuilt=...) "
                                  "so they are compared separately")
+
+
+def _file(r: dict) -> str:
+    return str(r.get("where", "")).rsplit(" line ", 1)[0]
+
+
+def start_unshown(rows: Sequence[dict]) -> tuple[str, ...]:
+    """The files of rows pooled from several files whose runs cannot show one starting policy: the files
+    whose rows do not all record their weights (an empty or absent ``start`` column), when the rows come
+    from more than one file. Such a cell is labelled (two recorded starts are refused instead)."""
+    files = sorted({_file(r) for r in rows})
+    if len(files) < 2:
+        return ()
+    return tuple(f for f in files if any(not r.get("weights") for r in rows if _file(r) == f))
 
 
 def _check_duplicates(rows: Sequence[dict]) -> None:
@@ -255,12 +320,33 @@ def _pick(by_lr: dict[float, list[dict]], min_seeds: int, select: set[int] | Non
     return (lr, ok[lr][1], score[lr], len(ok) == 1 or lr in (min(ok), max(ok))), None
 
 
+def _by_seed(e: Entry, best: Entry, key: str) -> tuple[list[float], list[float]]:
+    """An entry's and its cell's best's values of ``key`` on the seeds both were tested on, aligned by seed;
+    each seed's two runs must have shared their first rollout step (`respo.study.aggregate.first_step_problem`,
+    on the recorded weights and first-step score)."""
+    def as_row(r):
+        return {"seed": r["seed"], "start": r.get("weights", ""), "step_scores": r.get("step_scores", []),
+                "run": r.get("run") or r.get("where", "a row")}
+
+    a_by, b_by = {r["seed"]: r for r in e.rows}, {r["seed"]: r for r in best.rows}
+    seeds = sorted(set(a_by) & set(b_by))
+    for seed in seeds:
+        problem = first_step_problem(as_row(a_by[seed]), as_row(b_by[seed]))
+        if problem:
+            raise RecommendError(f"--paired: seed {seed} of {e.objective} and {best.objective} did not share their "
+                                 f"first rollout step ({problem}); compare them unpaired")
+    return [a_by[s][key] for s in seeds], [b_by[s][key] for s in seeds]
+
+
 def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None = DEFAULT_MARGIN,
-              method: str = "bh", family: str = "cell", select_seeds: Sequence[int] | None = None) -> list[Cell]:
+              method: str = "bh", family: str = "cell", select_seeds: Sequence[int] | None = None,
+              paired: bool = False) -> list[Cell]:
     """Group ``rows`` (keys of `load_rows`) into cells, rank them, test every objective against its
     cell's best on both metrics and adjust the p values (module docstring). ``margin`` None skips
     the equivalence tests; ``select_seeds`` picks learning rates and the best on those seeds and
-    tests on the others. Raises `RecommendError` when a seed would count twice."""
+    tests on the others; ``paired`` tests with the paired t-test over the seeds both ran (each seed's
+    runs share their first rollout step) instead of Welch's. Raises `RecommendError` when a seed would
+    count twice or, with ``paired``, when a seed's two runs did not share their first rollout step."""
     if min_seeds < 1:
         raise RecommendError(f"--min-seeds must be at least 1, got {min_seeds}")
     if margin is not None and not (margin > 0 and math.isfinite(margin)):
@@ -284,15 +370,19 @@ def recommend(rows: Sequence[dict], *, min_seeds: int = 3, margin: float | None 
                 unranked.append(f"{obj} ({'; '.join(why)})")
                 continue
             lr, rs, select_mean, edge = pick
-            ranked.append((select_mean, Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs], edge)))
+            ranked.append((select_mean, Entry(obj, lr, [r["late_mean"] for r in rs], [r["pass@1"] for r in rs], edge,
+                                              rows=list(rs))))
         ranked.sort(key=lambda x: (-x[0], x[1].objective))
         entries = [e for _, e in ranked]
         runs = frozenset((obj, lr, r["seed"]) for obj, by_lr in by_obj.items() for lr, rs in by_lr.items() for r in rs)
-        cells.append(Cell(length, reuse, updates, entries, unranked, runs, start))
+        cell_rows = [r for by_lr in by_obj.values() for rs in by_lr.values() for r in rs]
+        cells.append(Cell(length, reuse, updates, entries, unranked, runs, start, start_unshown(cell_rows)))
     for fam in [cells] if family == "table" else [[c] for c in cells]:  # each family: both metrics together
-        slots = [(e, m, a, b) for c in fam for e in c.entries[1:]
-                 for m, a, b in (("late mean", e.late, c.best.late), ("pass@1", e.pass1, c.best.pass1))]
-        for (e, m, _, _), j in zip(slots, judge([(a, b) for _, _, a, b in slots], margin=margin, method=method)):
+        slots = [(e, m, *(_by_seed(e, c.best, key) if paired else (e.late, c.best.late) if key == "late_mean" else
+                          (e.pass1, c.best.pass1)))
+                 for c in fam for e in c.entries[1:] for m, key in (("late mean", "late_mean"), ("pass@1", "pass@1"))]
+        for (e, m, _, _), j in zip(slots, judge([(a, b) for _, _, a, b in slots], margin=margin, method=method,
+                                                 paired_by_seed=paired)):
             e.vs_best[m] = j
     return cells
 
@@ -310,7 +400,8 @@ def _steps(c: Cell) -> str:
 
 
 def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, method: str = "bh",
-             family: str = "cell", min_seeds: int = 3, select_seeds: Sequence[int] | None = None) -> str:
+             family: str = "cell", min_seeds: int = 3, select_seeds: Sequence[int] | None = None,
+             paired: bool = False) -> str:
     """What ``respo recommend`` prints: how the p values and verdicts are made, then one row per
     objective and cell (late mean and pass@1: mean over tested seeds, difference from the best, raw
     and adjusted p, verdict), a summary per cell, and why a cell has no verdict. The keywords must
@@ -318,8 +409,12 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
     per_cell = [_n_tests([c]) for c in cells if _n_tests([c])]
     fam = (f"all the two-sided tests of this table ({_n_tests(cells)} with a p" if family == "table" else
            f"the two-sided tests of each cell ({min(per_cell, default=0)}–{max(per_cell, default=0)} with a p")
-    out = [f"p: Welch's two-sided t-test over seeds of each objective against its cell's best, late mean and held-out "
-           f"pass@1 separately (assumes normal per-seed values); adj. p: {ADJUST_METHODS[method]} adjustment over "
+    test = ("the paired two-sided t-test over the seeds both ran (each seed's runs share their first rollout step; "
+            "Δ is the mean of the per-seed differences) of each objective against its cell's best, late mean and "
+            "held-out pass@1 separately (assumes normal differences)" if paired else
+            "Welch's two-sided t-test over seeds of each objective against its cell's best, late mean and held-out "
+            "pass@1 separately (assumes normal per-seed values)")
+    out = [f"p: {test}; adj. p: {ADJUST_METHODS[method]} adjustment over "
            f"{fam}, both metrics together); "
            "verdicts use the adjusted p.",
            f"Equivalence margin δ = ±{margin:g}: \"equivalent\" only where two one-sided tests against ±δ (TOST, "
@@ -378,6 +473,12 @@ def markdown(cells: Sequence[Cell], *, margin: float | None = DEFAULT_MARGIN, me
                 notes.append(f"- {c.tokens} tokens, N = {c.reuse}: the {_steps(c)}- and {_steps(d)}-rollout-step cells "
                              f"share {shared} objective/lr/seed combination{'s' * (shared != 1)}; if the longer runs "
                              "continue the shorter ones, the two cells are not independent evidence.")
+    for c in cells:
+        if c.unshown:
+            notes.append(f"- {c.tokens} tokens, N = {c.reuse}, {_steps(c)} rollout steps: pooled from several runs.csv "
+                         f"files, and {', '.join(c.unshown)} record{'s' * (len(c.unshown) == 1)} no starting policy "
+                         f"(`start`) for {'its' if len(c.unshown) == 1 else 'their'} runs, so one starting policy is not shown: the cell may pool warm "
+                         "starts that differ.")
     if any(min(len(e.late) for e in c.entries) < 2 for c in cells if c.entries):
         notes.append("- no test (n = 1): with one seed on a side there is no variance and no test, so no verdict.")
     return "\n".join(out + ([""] + notes if notes else []))
@@ -415,6 +516,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the p values adjusted together: each cell's tests (default: a cell answers its own question, "
                         "and its verdicts do not change when other studies are added) or every test of the table "
                         "(for claims across cells)")
+    p.add_argument("--paired", action="store_true",
+                   help="pair each seed's runs (they share their first rollout step: the same seed and recorded "
+                        "weights, and the same first-step score where recorded, else refused) and use the paired "
+                        "t-test over the seeds both ran instead of Welch's")
     p.add_argument("--select-seeds", type=_seeds, default=None, metavar="S,S",
                    help="pick learning rates and the best on these seeds and test on the others (held out), "
                         "instead of testing on the seeds the picks were made on (winner's curse)")
@@ -429,14 +534,17 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not length.isdigit() or (colon and not start.strip()):
             raise RecommendError(f"expected LENGTH=RUNS_CSV or LENGTH:START=RUNS_CSV (e.g. 128=runs.csv, "
                                  f"128:rebuilt=runs.csv), got {spec!r}")
-        rows += load_rows(path, length=int(length), model=args.model, group_size=args.group_size,
-                          routing_replay=args.routing_replay, start=start.strip())
+        got = load_rows(path, length=int(length), model=args.model, group_size=args.group_size,
+                        routing_replay=args.routing_replay, start=start.strip())
+        check_length(got, int(length), spec)
+        rows += got
     if not rows:
         raise RecommendError(f"no finished {args.model} runs with G = {args.group_size}"
                              f"{' and routing replay' if args.routing_replay else ''} in {', '.join(args.inputs)}")
     if args.margin < 0 or not math.isfinite(args.margin):
         raise RecommendError(f"--margin must be a positive number or 0 (off), got {args.margin}")
-    kw = dict(margin=args.margin or None, method=args.adjust, family=args.family, select_seeds=args.select_seeds)
+    kw = dict(margin=args.margin or None, method=args.adjust, family=args.family, select_seeds=args.select_seeds,
+              paired=args.paired)
     cells = recommend(rows, min_seeds=args.min_seeds, **kw)
     print(markdown(cells, min_seeds=args.min_seeds, **kw))
     return 0

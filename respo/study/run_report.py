@@ -16,9 +16,9 @@ from typing import Any, Mapping
 from respo.fileio import write_text_atomic
 from respo.study.aggregate import nanmean
 from respo.study.plots import plot_run_curve
-from respo.study.sweep import sweep_baseline
+from respo.study.baseline import sweep_baseline
 from respo.train.evaluate import paired_difference
-from respo.train.metrics import read_jsonl
+from respo.fileio import read_jsonl
 from respo.train.scores import early_count, late_count
 
 __all__ = ["write_run_report", "DIAGNOSTICS", "LOW_W_STARVATION_SHARE"]

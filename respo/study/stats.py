@@ -20,6 +20,23 @@ Equivalence within a margin δ > 0 (`tost`, two one-sided tests, Schuirmann 1987
     TOST p = max(p_l, p_u);  equivalent within ±δ at level α  ⇔  p ≤ α
              ⇔  the (1 − 2α) interval d ± t_{1−α, ν} · se lies inside (−δ, δ)   (a 90 % CI for α = .05)
 
+Paired samples (`paired`: a_i and b_i measured on the same seed i, e.g. two arms that share their first
+rollout step within a seed), n pairs with finite values, differences d_i = a_i − b_i:
+
+    difference    d̄ = mean(d_i),   se = s_d/√n   (s_d the sample standard deviation of the d_i)
+    t             t = d̄ / se,      df = n − 1
+    two-sided p, CI and TOST as above with this se and df
+
+The one-sample test of per-seed values x_i against 0 (`one_sample`) is the same test with d_i = x_i.
+A 2 × 2 factorial over seeds (`factorial_2x2`: positive branch {R, V} × negative branch {R, V}, the four
+arms R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻ of each seed) is tested through three per-seed contrasts, each with
+`one_sample`:
+
+    negative-branch main effect   c⁻ = ½[(R⁺R⁻ − R⁺V⁻) + (V⁺R⁻ − V⁺V⁻)]   (R⁻ minus V⁻, averaged over the positive branch)
+    positive-branch main effect   c⁺ = ½[(R⁺R⁻ − V⁺R⁻) + (R⁺V⁻ − V⁺V⁻)]   (R⁺ minus V⁺, averaged over the negative branch)
+    interaction                   c× = (R⁺R⁻ − R⁺V⁻) − (V⁺R⁻ − V⁺V⁻)      (how much the negative branch's effect
+                                                                          changes with the positive branch)
+
 Multiplicity (`adjust`) over a family of m p values sorted p_(1) ≤ … ≤ p_(m):
 
     Holm (family-wise error, step-down)   p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j))
@@ -53,7 +70,8 @@ from typing import Sequence
 __all__ = ["Welch", "Comparison", "welch_t", "student_t_sf2", "betainc", "bootstrap_diff_ci", "compare",
            "ALPHA", "N_RESAMPLES", "WITHIN_NOISE", "format_p",
            "WelchTest", "Tost", "welch", "tost", "adjust", "verdict", "student_t_cdf", "student_t_ppf",
-           "ADJUST_METHODS", "NO_DIFFERENCE", "Judged", "judge"]
+           "ADJUST_METHODS", "NO_DIFFERENCE", "Judged", "judge", "PairedTest", "one_sample", "paired", "paired_tost", "tost_of",
+           "FACTORIAL_CONTRASTS", "factorial_2x2"]
 
 #: Significance level of `compare`'s verdict and the bootstrap interval (a 95% interval).
 ALPHA = 0.05
@@ -294,24 +312,110 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float, *, alpha: float 
     """Two one-sided Welch tests of |mean(a) − mean(b)| < margin (module docstring; assumes normal
     per-seed values). NaN p (never equivalent) with fewer than two values on a side. With zero
     spread on both sides the difference is known exactly: p = 0 when |diff| < margin, else 1."""
+    _check_margin(margin)
+    w = welch_t(a, b)
+    se = math.nan if math.isnan(w.p) else _se(a, b)
+    return _tost(w.diff, se, w.df, margin, w.n_a, w.n_b, alpha)
+
+
+def _check_margin(margin: float) -> None:
     if not margin > 0 or math.isinf(margin):
         raise ValueError(f"an equivalence margin must be a positive number, got {margin}")
-    w = welch_t(a, b)
+
+
+def _tost(d: float, se: float, df: float, margin: float, n_a: int, n_b: int, alpha: float) -> Tost:
+    """TOST of a difference ``d`` with standard error ``se`` and ``df`` degrees of freedom (NaN se: no test)."""
     nan = math.nan
-    if math.isnan(w.p):
-        return Tost(w.diff, nan, nan, margin, w.n_a, w.n_b, nan, nan, nan, nan, nan, nan, nan, nan, nan, alpha)
-    se, d = _se(a, b), w.diff
+    if math.isnan(se):
+        return Tost(d, nan, nan, margin, n_a, n_b, nan, nan, nan, nan, nan, nan, nan, nan, nan, alpha)
     if se == 0.0:
         p = 0.0 if abs(d) < margin else 1.0
         inf = math.inf
-        return Tost(d, 0.0, w.df, margin, w.n_a, w.n_b, inf if d > -margin else -inf, -inf if d < margin else inf,
+        return Tost(d, 0.0, df, margin, n_a, n_b, inf if d > -margin else -inf, -inf if d < margin else inf,
                     p if d > -margin else 1.0, p if d < margin else 1.0, p, d, d, d, d, alpha)
     t_l, t_u = (d + margin) / se, (d - margin) / se
-    p_l, p_u = 1.0 - student_t_cdf(t_l, w.df), student_t_cdf(t_u, w.df)
-    h90 = student_t_ppf(1.0 - alpha, w.df) * se
-    h95 = student_t_ppf(1.0 - alpha / 2.0, w.df) * se
-    return Tost(d, se, w.df, margin, w.n_a, w.n_b, t_l, t_u, p_l, p_u, max(p_l, p_u), d - h90, d + h90,
+    p_l, p_u = 1.0 - student_t_cdf(t_l, df), student_t_cdf(t_u, df)
+    h90 = student_t_ppf(1.0 - alpha, df) * se
+    h95 = student_t_ppf(1.0 - alpha / 2.0, df) * se
+    return Tost(d, se, df, margin, n_a, n_b, t_l, t_u, p_l, p_u, max(p_l, p_u), d - h90, d + h90,
                 d - h95, d + h95, alpha)
+
+
+@dataclass(frozen=True)
+class PairedTest(WelchTest):
+    """`one_sample`'s and `paired`'s result (module docstring), with a `WelchTest`'s fields so `verdict` and
+    `Judged` read it alike: the mean difference ``diff`` over ``n`` pairs, its ``se``, t, df = n − 1, two-sided
+    p and (1 − ``alpha``) interval; ``n_a`` = ``n_b`` = n."""
+
+    @property
+    def n(self) -> int:
+        return self.n_a
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+def one_sample(xs: Sequence[float], *, alpha: float = ALPHA) -> PairedTest:
+    """The two-sided one-sample t-test of mean(xs) against 0 with its (1 − alpha) interval (module
+    docstring). Non-finite values are dropped; with fewer than two left t, df, p and the interval are NaN;
+    with zero spread t = ±inf, p = 0 (or t = 0, p = 1 at a zero mean) and the interval is the mean itself."""
+    m, var, n = _mean_var(xs)
+    nan = math.nan
+    if n < 2:
+        return PairedTest(m, nan, nan, nan, n, n, nan, nan, nan, alpha)
+    se, df = math.sqrt(var / n), float(n - 1)
+    if se == 0.0:
+        t = 0.0 if m == 0.0 else math.copysign(math.inf, m)
+        return PairedTest(m, t, df, 1.0 if m == 0.0 else 0.0, n, n, 0.0, m, m, alpha)
+    t = m / se
+    half = student_t_ppf(1.0 - alpha / 2.0, df) * se
+    return PairedTest(m, t, df, student_t_sf2(t, df), n, n, se, m - half, m + half, alpha)
+
+
+def _differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """a_i − b_i over the pairs where both are finite."""
+    if len(a) != len(b):
+        raise ValueError(f"paired samples need one value of each per pair, got {len(a)} and {len(b)}")
+    return [float(x) - float(y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+
+
+def paired(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA) -> PairedTest:
+    """The two-sided paired t-test of mean(a_i − b_i) (``a`` and ``b`` aligned: a_i and b_i share seed i)
+    with its (1 − alpha) interval (module docstring; assumes normal differences). A pair with a non-finite
+    value on either side is left out."""
+    return one_sample(_differences(a, b), alpha=alpha)
+
+
+def paired_tost(a: Sequence[float], b: Sequence[float], margin: float, *, alpha: float = ALPHA) -> Tost:
+    """Two one-sided paired t-tests of |mean(a_i − b_i)| < margin (the paired counterpart of `tost`)."""
+    return tost_of(paired(a, b, alpha=alpha), margin)
+
+
+def tost_of(test: PairedTest, margin: float) -> Tost:
+    """Two one-sided tests of |mean| < margin from a `one_sample` or `paired` test (its mean, se and df)."""
+    _check_margin(margin)
+    return _tost(test.diff, test.se, test.df, margin, test.n_a, test.n_b, test.alpha)
+
+
+#: `factorial_2x2`'s contrasts, in its order (module docstring).
+FACTORIAL_CONTRASTS = ("negative branch", "positive branch", "interaction")
+
+
+def factorial_2x2(rr: Sequence[float], rv: Sequence[float], vr: Sequence[float], vv: Sequence[float], *,
+                  alpha: float = ALPHA) -> dict[str, PairedTest]:
+    """The 2 × 2 factorial's contrasts over seeds, each tested with `one_sample` on its per-seed values:
+    ``rr``, ``rv``, ``vr``, ``vv`` are the arms R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻, aligned by seed (module docstring
+    gives c⁻, c⁺ and c×). A seed missing (non-finite) in any arm is left out of every contrast."""
+    if not len(rr) == len(rv) == len(vr) == len(vv):
+        raise ValueError(f"the four arms need one value per seed each, got {len(rr)}, {len(rv)}, {len(vr)}, {len(vv)}")
+    seeds = [(a, b, c, d) for a, b, c, d in zip(rr, rv, vr, vv) if all(map(_finite, (a, b, c, d)))]
+    per_seed = {
+        "negative branch": [0.5 * ((a - b) + (c - d)) for a, b, c, d in seeds],
+        "positive branch": [0.5 * ((a - c) + (b - d)) for a, b, c, d in seeds],
+        "interaction": [(a - b) - (c - d) for a, b, c, d in seeds],
+    }
+    return {name: one_sample(per_seed[name], alpha=alpha) for name in FACTORIAL_CONTRASTS}
 
 
 def adjust(pvals: Sequence[float], method: str = "holm") -> list[float]:
@@ -375,7 +479,7 @@ class Judged:
     """One comparison of a family (`judge`): the tests, their p values adjusted within the family,
     and `verdict`'s words from the adjusted ones."""
 
-    welch: WelchTest
+    welch: WelchTest  # the two-sided test: Welch's, or the paired t-test (a `PairedTest`)
     tost: Tost | None
     p_adj: float  # the two-sided p adjusted within the family (NaN: no test)
     p_tost_adj: float  # the TOST p adjusted within the family (NaN: no test or no margin)
@@ -408,11 +512,13 @@ class Judged:
 
 
 def judge(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *, margin: float | None = None,
-          method: str = "bh", alpha: float = ALPHA) -> list[Judged]:
-    """Compare each (a, b) of one family: `welch` (and `tost` against ±margin when given), the two-sided
-    p values adjusted together and the TOST p values adjusted together (`adjust`), and each pair's
-    `verdict` from the adjusted ones. Pairs without a test are not members of the family."""
-    tests = [(welch(a, b, alpha=alpha), tost(a, b, margin, alpha=alpha) if margin is not None else None)
+          method: str = "bh", alpha: float = ALPHA, paired_by_seed: bool = False) -> list[Judged]:
+    """Compare each (a, b) of one family: `welch` (and `tost` against ±margin when given), or with
+    ``paired_by_seed`` `paired` and `paired_tost` (a and b aligned by seed), the two-sided p values adjusted
+    together and the TOST p values adjusted together (`adjust`), and each pair's `verdict` from the adjusted
+    ones. Pairs without a test are not members of the family."""
+    two, eq = (paired, paired_tost) if paired_by_seed else (welch, tost)
+    tests = [(two(a, b, alpha=alpha), eq(a, b, margin, alpha=alpha) if margin is not None else None)
              for a, b in pairs]
     p_adj = adjust([w.p for w, _ in tests], method)
     p_tost = adjust([eq.p for _, eq in tests], method) if margin is not None else [math.nan] * len(tests)

@@ -1,4 +1,5 @@
-"""``runs.csv`` (one row per run) and the study tables built from it: ``respo table calib|headline``.
+"""``runs.csv`` (one row per run) and every study table built from it: ``respo table KIND`` and the
+tables of ``respo report`` (which lays them out with its figures and prose; it computes no number itself).
 
 A row holds a run's coordinates and the numbers every table aggregates (`COLUMNS`). It is computed
 from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo report` wrote
@@ -6,7 +7,8 @@ from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo re
 column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table. A
 finished run given twice (the same coordinates and seed in two files or directories, or one file
 passed twice) is refused in one line naming both places: it would count as two seeds. The tables
-that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``).
+that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``), and are
+labelled under the table when pooled from several inputs whose runs do not all record one.
 
 Per run, over the updates with staleness > 0 (``stale_mean:*``; the first mini-batch of a rollout
 step has log W = 0 exactly), and over all updates otherwise:
@@ -68,8 +70,9 @@ from typing import Iterable, Sequence
 
 from respo.errors import RespoError
 from respo.fileio import write_text_atomic
-from respo.study.aggregate import Run, early_max, greedy_acc, late_mean, load_runs, mean_std, nanmean, pass_at_1, \
-    pooled_low_fraction, run_mean
+from respo.study.aggregate import Run, best_per_column, early_max, first_step_problem, fmt_cell, greedy_acc, \
+    late_mean, load_runs, mean_std, nanmean, pass_at_1, pooled_low_fraction, run_mean
+from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
@@ -208,13 +211,17 @@ def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
     for i, r in enumerate(table, start=2):
         row = {c: (_parse(path, i, c, r[c]) if c in header else ([] if c in _LIST else
                                                                   "" if c in _TEXT else math.nan)) for c in COLUMNS}
+        if row["finished"] and row["updates_logged"] != row["updates"]:
+            raise TableError(f"{path}: line {i}: run {row['run']} finished at update {row['updates']} but its log "
+                             f"holds {row['updates_logged']} update record(s): its windows were computed on a "
+                             f"damaged log; leave it out or rebuild the row from a whole log")
         rows.append(row)
     return rows, {c for c in COLUMNS if c not in header}
 
 
-#: What makes two finished rows the same seed of the same run: counted twice, it would be pooled as two seeds.
-_SEED_KEY = ("model", "task", "task_kwargs", "objective", "loss_agg_mode", "reuse", "group_size", "B", "lr", "seed",
-             "routing_replay", "updates")
+#: What makes two finished rows the same seed of the same run (counted twice, it would be pooled as two seeds):
+#: the runs.csv columns named by ``"seed_key"`` in the `TrainConfig` fields' metadata.
+_SEED_KEY = tuple(dict.fromkeys(rule("seed_key").values()))
 
 
 def _check_duplicates(rows: Sequence[dict], where: Sequence[str]) -> None:
@@ -229,6 +236,28 @@ def _check_duplicates(rows: Sequence[dict], where: Sequence[str]) -> None:
         if j != i:
             raise TableError(f"duplicate run: {r['objective']} lr {r['lr']:g} N {r['reuse']} seed {r['seed']} "
                              f"({r['updates']} updates) is in {where[j]} and in {where[i]}; each seed may count once")
+
+
+def _start_note(args: argparse.Namespace) -> list[str]:
+    """The label of a table pooled from several inputs (runs.csv files, run or sweep directories) whose runs
+    cannot show one starting policy: some input's selected finished runs record none (``start`` empty or
+    absent). Two recorded starting policies are refused instead (`_check_one_start`)."""
+    if len(args.paths) < 2:
+        return []
+    unshown, used = [], 0
+    for p in args.paths:
+        try:
+            got = [r for r in _select(read_rows([p])[0], args) if r["finished"]]
+        except TableError:  # nothing of this input is selected
+            continue
+        used += 1
+        if any(not r["start"] for r in got):
+            unshown.append(str(p))
+    if used < 2 or not unshown:
+        return []
+    return ["", f"Pooled from {used} inputs, and {', '.join(unshown)} record{'s' * (len(unshown) == 1)} no starting "
+            f"policy (`start`) for {'its' if len(unshown) == 1 else 'their'} runs, so one starting policy is not shown: the table may pool warm starts "
+            "that differ."]
 
 
 def _check_one_start(rows: Sequence[dict]) -> None:
@@ -273,8 +302,9 @@ def _ci(w) -> str:
     return "—" if math.isnan(w.ci_low) else f"[{w.ci_low:+.3f}, {w.ci_high:+.3f}]"
 
 
-def _f(x: float, digits: int = 3) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+def _f(x: float, digits: int = 3, *, blank: str = "—") -> str:
+    """``x`` with ``digits`` decimals; ``blank`` for a missing or non-finite value."""
+    return blank if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
 def _absent_note(absent: set[str], used: Iterable[str]) -> list[str]:
@@ -364,9 +394,27 @@ _HEAD_COLS = ("stale_mean:frac_pos_low_w", "pooled_neg_low_w", "same_batch_respo
               "entropy_late", "grad_clip_rate")
 
 
+def by_seed(a_rows: Sequence[dict], b_rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+    """Two arms' values of column ``key`` on the seeds both ran, aligned by seed (for a paired test).
+
+    Raises:
+        TableError: a seed's two rows did not share their first rollout step (`respo.study.aggregate.first_step_problem`).
+    """
+    a_by, b_by = {r["seed"]: r for r in a_rows}, {r["seed"]: r for r in b_rows}
+    seeds = sorted(set(a_by) & set(b_by))
+    for seed in seeds:
+        problem = first_step_problem(a_by[seed], b_by[seed])
+        if problem:
+            raise TableError(f"--paired: seed {seed}'s arms did not share their first rollout step ({problem}); "
+                             "test them unpaired")
+    return [a_by[s][key] for s in seeds], [b_by[s][key] for s in seeds]
+
+
 def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin: float = MARGIN,
-                    method: str = "bh") -> list[str]:
-    """The headline cell's three tables (module docstring) from finished runs' rows."""
+                    method: str = "bh", paired: bool = False) -> list[str]:
+    """The headline cell's three tables (module docstring) from finished runs' rows; ``paired`` tests each
+    objective against the best baseline with the paired t-test over the seeds both ran (`by_seed`) instead
+    of Welch's."""
     from respo.study.stats import ADJUST_METHODS, format_p, judge
 
     cells: dict[tuple, list[dict]] = {}
@@ -394,14 +442,18 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
             if (lr2, n2) != (lr, n) or obj == best:
                 continue
             for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
-                tests.append((lr, n, obj, best, metric, [r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]))
-    judged = judge([t[5:] for t in tests], margin=margin, method=method)
+                a, b = (by_seed(rs, cells[(lr, n, best)], key) if paired else
+                        ([r[key] for r in rs], [r[key] for r in cells[(lr, n, best)]]))
+                tests.append((lr, n, obj, best, metric, a, b))
+    judged = judge([t[5:] for t in tests], margin=margin, method=method, paired_by_seed=paired)
     name = ADJUST_METHODS[method].split(" (")[0]
-    out += ["", f"Each objective against the best baseline of its (lr, N). p: Welch's two-sided t-test; p ({name}): "
+    test = ("the paired two-sided t-test over the seeds both ran (each seed's arms share their first rollout "
+            "step)" if paired else "Welch's two-sided t-test")
+    out += ["", f"Each objective against the best baseline of its (lr, N). p: {test}; p ({name}): "
             f"adjusted over the {len(tests)} tests of this table; TOST p: two one-sided tests of equivalence within "
             f"±δ = {margin:g}, adjusted the same way. Verdicts from the adjusted p values.", "",
-            f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | Welch t (df) | p | p ({name}) | "
-            f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
+            f"| lr | N | objective vs best baseline | metric | difference | 95 % CI | {'paired' if paired else 'Welch'} "
+            f"t (df) | p | p ({name}) | TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 11]
     for (lr, n, obj, best, metric, _, _), j in zip(tests, judged):
         w = j.welch
         out.append(f"| {lr:g} | {n} | {obj} vs {best} | {metric} | {w.diff:+.3f} | {_ci(w)} | "
@@ -419,6 +471,99 @@ def headline_tables(rows: list[dict], absent: set[str] = frozenset(), *, margin:
     for (lr, n, obj), rs in sorted(stale.items()):
         steps = [[r["step_scores"][i] for r in rs if len(r["step_scores"]) > i] for i in range(n_steps)]
         out.append(f"| {lr:g} | {n} | {obj} | " + " | ".join(_f(_mean(v)) if v else "—" for v in steps) + " |")
+    return out
+
+
+#: A run broke down when its late mean and its held-out pass@1 both fell below this share of its starting
+#: score (`start_score`); docs/method.md ("Breakdown") defines it, and `respo table breakdown` counts it.
+BREAKDOWN_SHARE = 0.5
+
+
+def start_score(row: dict) -> float:
+    """The starting policy's training score as the run recorded it: the mean score of its first rollout step
+    (``step_scores``, N > 1: the starting policy's own samples, the same for every arm of a seed), else the
+    mean score of its first 8 updates (``first8_score``; at N = 1 the policy moves a little within them);
+    NaN when the row records neither."""
+    steps = row.get("step_scores") or []
+    return float(steps[0]) if steps and math.isfinite(steps[0]) else float(row.get("first8_score", math.nan))
+
+
+def broke_down(row: dict) -> bool | None:
+    """The run broke down: late mean < `BREAKDOWN_SHARE` · `start_score` and held-out pass@1 <
+    `BREAKDOWN_SHARE` · `start_score` (a run that still passes held-out prompts, or still scores in training,
+    did not); None when the row does not record all three numbers."""
+    start, late, pass1 = start_score(row), row["late_mean"], row["pass@1"]
+    if not all(math.isfinite(x) for x in (start, late, pass1)):
+        return None
+    bar = BREAKDOWN_SHARE * start
+    return late < bar and pass1 < bar
+
+
+def breakdown_table(rows: list[dict]) -> list[str]:
+    """Per (lr, N, objective) of finished runs: how many seeds broke down (`broke_down`), which, and the
+    starting scores the bar was taken from."""
+    cells = group_rows(rows, ("lr", "reuse", "objective"))
+    if not cells:
+        raise TableError("no finished runs to tabulate")
+    out = [f"A run broke down when its late mean and its held-out pass@1 both fell below {BREAKDOWN_SHARE:g} × its "
+           "starting score (the mean training score of its first rollout step, or of its first 8 updates at N = 1); "
+           "— where a run does not record all three numbers (docs/method.md, \"Breakdown\").", "",
+           "| lr | N | objective | seeds | broke down | seeds that broke down | starting score (mean) |",
+           "|---|---|---|---|---|---|---|"]
+    for (lr, n, obj), rs in sorted(cells.items()):
+        verdicts = [(r["seed"], broke_down(r)) for r in sorted(rs, key=lambda r: r["seed"])]
+        known = [b for _, b in verdicts if b is not None]
+        count = f"{sum(known)} of {len(known)}" + (f" ({len(verdicts) - len(known)} —)" if len(known) < len(verdicts)
+                                                   else "")
+        which = ", ".join(str(seed) for seed, b in verdicts if b) or "—"
+        out.append(f"| {lr:g} | {n} | {obj} | {len(rs)} | {count} | {which} | "
+                   f"{_f(nanmean(start_score(r) for r in rs))} |")
+    return out
+
+
+#: The 2 × 2 of positive branch × negative branch: (arm R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻) as runs.csv objectives.
+FACTORIAL_ARMS = ("respo", "respo+/vespo-", "vespo+/respo-", "vespo")
+
+
+def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh") -> list[str]:
+    """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
+    the negative-branch and positive-branch main effects and their interaction
+    (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1, each a one-sample t-test over the
+    seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
+    interval, the p value adjusted over the table's contrasts, TOST within ±δ and a verdict on the sign."""
+    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, tost_of, \
+        verdict
+
+    cells = group_rows(rows, ("lr", "reuse", "objective"))
+    found = sorted({(lr, n) for lr, n, _ in cells if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS)})
+    if not found:
+        raise TableError(f"no (lr, N) with all four arms of the 2 × 2 ({', '.join(FACTORIAL_ARMS)}) finished")
+    tests = []  # (lr, N, metric, contrast, seeds, PairedTest, Tost)
+    for lr, n in found:
+        rr = cells[(lr, n, FACTORIAL_ARMS[0])]
+        for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
+            common = set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
+            arms = [by_seed([r for r in rr if r["seed"] in common], cells[(lr, n, arm)], key)[1]
+                    for arm in FACTORIAL_ARMS]
+            for name, t in factorial_2x2(*arms).items():
+                tests.append((lr, n, metric, name, t, tost_of(t, margin) if t.n >= 2 else None))
+    p_adj = adjust([t.p for *_, t, _ in tests], method)
+    p_tost = adjust([math.nan if eq is None else eq.p for *_, eq in tests], method)
+    name = ADJUST_METHODS[method].split(" (")[0]
+    out = ["The 2 × 2 of positive branch {ReSPO, VESPO} × negative branch {ReSPO, VESPO} (arms "
+           f"{', '.join(FACTORIAL_ARMS)}), per seed: negative branch = ½[(R⁺R⁻ − R⁺V⁻) + (V⁺R⁻ − V⁺V⁻)], positive "
+           "branch = ½[(R⁺R⁻ − V⁺R⁻) + (R⁺V⁻ − V⁺V⁻)], interaction = (R⁺R⁻ − R⁺V⁻) − (V⁺R⁻ − V⁺V⁻). p: one-sample "
+           "two-sided t-test of the per-seed contrast over the seeds all four arms ran (each seed's arms share "
+           f"their first rollout step); p ({name}): adjusted over the {len(tests)} contrasts of this table; TOST p: "
+           f"equivalence to 0 within ±δ = {margin:g}, adjusted the same way. Verdict: below 0 / above 0 when the "
+           "adjusted p ≤ .05.", "",
+           f"| lr | N | metric | contrast | seeds | estimate | 95 % CI | t (df) | p | p ({name}) | "
+           f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 12]
+    for (lr, n, metric, contrast, t, eq), q, qt in zip(tests, p_adj, p_tost):
+        words = verdict(t, eq, p=q, p_tost=None if eq is None else qt)
+        words = words.replace("worse", "below 0", 1).replace("better", "above 0", 1)
+        out.append(f"| {lr:g} | {n} | {metric} | {contrast} | {t.n} | {t.diff:+.3f} | {_ci(t)} | {_f(t.t, 2)} "
+                   f"({_f(t.df, 0)}) | {format_p(t.p)} | {format_p(q)} | {format_p(qt)} | {words} |")
     return out
 
 
@@ -488,8 +633,90 @@ def regime_table(inputs: Sequence[tuple[int, list[dict], set[str]]]) -> list[str
     return out + _absent_note(absent_all, cols)
 
 
+# ---- the study report's tables: `respo report` lays them out with its figures and prose ----------
+
+def group_rows(rows: Iterable[dict], keys: Sequence[str]) -> dict[tuple, list[dict]]:
+    """Finished rows grouped by the given columns (e.g. ("objective", "reuse"))."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["finished"]:
+            out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def column_cells(groups: dict[tuple, list[dict]], col: str) -> dict[tuple, list[float]]:
+    """``{key: [row[col] for each row of the group]}``: one value per seed, for `cell_table`."""
+    return {k: [r[col] for r in rs] for k, rs in groups.items()}
+
+
+def cell_table(labels: Sequence, cols: Sequence, cells: dict[tuple, list[float]], *, col_name=str,
+               row_head: str = "objective", digits: int = 3, higher: bool = True,
+               suffix: dict | None = None) -> list[str]:
+    """Markdown table of mean ± std (n) over the values of each (label, col) cell, the best mean per
+    column in bold (`respo.study.aggregate.fmt_cell`); ``suffix`` appends text to a cell."""
+    stats = {k: mean_std(v) for k, v in cells.items()}
+    best = best_per_column({k: st[0] for k, st in stats.items()}, higher=higher)
+    out = ["| " + row_head + " | " + " | ".join(col_name(c) for c in cols) + " |", "|---|" + "---|" * len(cols)]
+    for label in labels:
+        line = []
+        for c in cols:
+            m, sd, n = stats.get((label, c), (math.nan, math.nan, 0))
+            line.append(fmt_cell(m, sd, n, digits=digits, bold=(label, c) in best) + (suffix or {}).get((label, c), ""))
+        out.append(f"| {label} | " + " | ".join(line) + " |")
+    return out
+
+
+def means_row(head: Sequence, rows: Sequence[dict], cols: Sequence[str], digits: Sequence[int]) -> str:
+    """One markdown line: the ``head`` cells, then per column the mean over ``rows`` of the finite values
+    (``–`` where none), with ``digits`` decimals per column."""
+    return ("| " + " | ".join(map(str, head)) + " | "
+            + " | ".join(_f(nanmean(r[c] for r in rows), d, blank="–") for c, d in zip(cols, digits)) + " |")
+
+
+def best_lr_cells(groups: dict[tuple, list[dict]], objs: Sequence[str], ns: Sequence[int],
+                  lrs: Sequence[float]) -> tuple[dict[tuple, list[float]], dict[tuple, float]]:
+    """Per (objective, N) the late means of the seeds at the learning rate with the highest mean late
+    mean (``groups`` keyed by (objective, N, lr)), and that learning rate."""
+    cells, best = {}, {}
+    for o in objs:
+        for n in ns:
+            cands = [(mean_std([r["late_mean"] for r in groups[(o, n, x)]])[0], x) for x in lrs if (o, n, x) in groups]
+            cands = [(v, x) for v, x in cands if math.isfinite(v)]
+            if cands:
+                _, x = max(cands)
+                cells[(o, n)] = [r["late_mean"] for r in groups[(o, n, x)]]
+                best[(o, n)] = x
+    return cells, best
+
+
+def runs_table(rows: Sequence[dict]) -> list[str]:
+    """One line per run (any runs, not only a study grid): coordinates, updates logged, late mean, early
+    max and held-out pass@1."""
+    out = ["| run | objective | N | lr | seed | updates | late mean | early max | held-out pass@1 |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| `{r['run']}` | {r['objective']} | {r['reuse']} | {r['lr']} | {r['seed']} | "
+                   f"{r['updates_logged']}{'' if r['finished'] else ' (unfinished)'} | {_f(r['late_mean'], blank='–')} | "
+                   f"{_f(r['early_max'], blank='–')} | {_f(r['pass@1'], blank='–')} |")
+    return out
+
+
 #: The commands a ``fill`` block may run: their output is a markdown table.
 FILL_COMMANDS = ("table", "recommend")
+
+
+def _fill_parser() -> argparse.ArgumentParser:
+    """The command lines a ``fill`` block may run (`FILL_COMMANDS`), parsed as ``respo table`` and ``respo
+    recommend`` parse them."""
+    from respo.study import recommend
+
+    parser = argparse.ArgumentParser(prog="respo")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_arguments(sub.add_parser("table"))
+    sub.choices["table"].set_defaults(func=run)
+    recommend.add_arguments(sub.add_parser("recommend"))
+    sub.choices["recommend"].set_defaults(func=recommend.run)
+    return parser
 
 
 def fill(path: Path) -> int:
@@ -497,8 +724,6 @@ def fill(path: Path) -> int:
     CMD one of `FILL_COMMANDS` (module docstring); returns how many blocks were filled."""
     import contextlib
     import shlex
-
-    from respo.cli import build_parser
 
     try:
         lines = path.read_text(encoding="utf-8").split("\n")
@@ -522,7 +747,7 @@ def fill(path: Path) -> int:
         buf, err = io.StringIO(), io.StringIO()
         try:
             with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-                args = build_parser().parse_args(argv)
+                args = _fill_parser().parse_args(argv)
                 args.func(args)
         except SystemExit:
             raise TableError(f"{path}: line {i}: bad arguments: respo {' '.join(argv)}") from None
@@ -536,10 +761,13 @@ def fill(path: Path) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "fill"),
+    p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "factorial", "breakdown",
+                                    "fill"),
                    help="calib: one row per run; staleness: per-staleness diagnostics per (model, objective, N, lr); "
                         "headline: objectives over seeds; regime: GRPO's log W spread per response length and lr "
                         "(LENGTH=runs.csv arguments); replay: each objective with MoE routing replay against without; "
+                        "factorial: the 2 x 2 of ReSPO's and VESPO's branches, main effects and interaction over seeds; "
+                        "breakdown: the seeds that broke down (docs/method.md) per (lr, N, objective); "
                         "fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
@@ -548,6 +776,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default {MARGIN:g})")
     p.add_argument("--adjust", choices=("holm", "bh"), default="bh",
                    help="multiplicity adjustment within the headline table (default bh: Benjamini–Hochberg)")
+    p.add_argument("--paired", action="store_true",
+                   help="headline, factorial: pair each seed's arms (they share their first rollout step: the same seed "
+                        "and starting policy, and where recorded the same first-step score, else refused) and use the "
+                        "paired t-test over the seeds both ran instead of Welch's (the factorial kind always pairs)")
     p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
@@ -586,6 +818,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the table ``args.kind`` of the runs under ``args.paths``; bad input raises `TableError`."""
     if not args.margin > 0 or math.isinf(args.margin):
         raise TableError(f"--margin must be a positive number, got {args.margin}")
+    if args.paired and args.kind not in ("headline", "factorial"):
+        raise TableError(f"--paired applies to the headline and factorial tables, not to {args.kind}")
     if args.cost and args.kind != "calib":
         raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
     if args.kind == "fill":
@@ -604,15 +838,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
+    note: list[str] = []
     if args.kind != "calib":  # the other kinds pool runs over seeds
         _check_one_start(rows)
+        note = _start_note(args)
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
+    elif args.kind == "factorial":
+        lines = factorial_table(rows, margin=args.margin, method=args.adjust)
+    elif args.kind == "breakdown":
+        lines = breakdown_table(rows)
     elif args.kind == "calib":
         lines = calib_table(rows, absent, cost=args.cost)
     elif args.kind == "staleness":
         lines = staleness_tables(rows, absent)
     else:
-        lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust)
-    print("\n".join(lines))
+        lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust, paired=args.paired)
+    print("\n".join(lines + note))
     return 0

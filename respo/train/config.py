@@ -30,7 +30,7 @@ from respo.runtime.engines.vllm import ENGINE_DTYPES
 from respo.runtime.precision import DTYPES, device_problem
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides",
-           "model_dir_problem"]
+           "model_dir_problem", "RULES", "rule"]
 
 MODES = ("sync", "async")
 
@@ -45,42 +45,57 @@ class TrainConfig:
 
     Sizes follow the paper's notation: B = ``prompts`` per mini-batch, G = ``group_size``
     responses per prompt, N = ``reuse`` (rollout-reuse ratio).
+
+    Each field's ``metadata`` holds its one-line ``help`` (what ``respo train --help`` prints for its
+    flag) and the rules it obeys (`RULES`; `rule` lists the fields of one), so a new setting is one
+    line here:
+
+    - ``"resumable": True``: it may change when a run is resumed (it changes neither the weights nor
+      the per-update records); every other setting is part of the experiment
+      (`respo.train.rundir.RESUMABLE`).
+    - ``"reusable": True``: a sweep reuses a finished run made with another value of it (where the run
+      ran, or a before-RL evaluation the sweep measured once for all its runs); resumable settings are
+      reusable too (`respo.study.grid.REUSABLE`).
+    - ``"protocol": True``: the held-out evaluation depends on it besides the policy, so a before-RL
+      evaluation measured under another value does not stand for the run's
+      (`respo.study.baseline.PROTOCOL_FIELDS`).
+    - ``"seed_key": COLUMN``: the runs.csv column that records it; two finished rows equal in every such
+      column are the same seed of the same run, which a table may count only once
+      (`respo.study.tables._SEED_KEY`).
     """
 
-    # Each field's one-line ``help`` is what ``respo train --help`` prints for its flag.
-
     # --- task and policy ---
-    task: str = field(default="addition", metadata={"help": "task spec for respo.runtime.tasks.get_task, e.g. addition, countdown, reasoning_gym:NAME, math:FILE"})
-    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}; or one at a time, --task-kwarg digits=3"})
-    model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe), a packaged pretrained model (smollm2-135m-instruct) or a local Hugging Face model directory"})
+    task: str = field(default="addition", metadata={"help": "task spec for respo.runtime.tasks.get_task, e.g. addition, countdown, reasoning_gym:NAME, math:FILE", "seed_key": "task"})
+    task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}; or one at a time, --task-kwarg digits=3", "seed_key": "task_kwargs"})
+    model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe), a packaged pretrained model (smollm2-135m-instruct) or a local Hugging Face model directory", "seed_key": "model"})
     warm_start: bool = field(default=True, metadata={"help": "presets and packaged models: start from the cached SFT warm start (respo.runtime.sft, respo.runtime.pretrained_sft) instead of random / shipped weights"})
     sft_kwargs: dict = field(default_factory=dict, metadata={"help": "presets only: warm-start SFT settings (respo.runtime.sft.SFTConfig fields, e.g. {\"max_steps\": 300}); other values name another cached warm start"})
-    cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached (shared with respo sft)"})
-    out_dir: str = field(default="runs/default", metadata={"help": "run directory (metrics.jsonl, config.json, summary.json, ckpt/, final/)"})
-    seed: int = field(default=0, metadata={"help": "seed of every random number generator of the run"})
+    cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached (shared with respo sft)", "resumable": True})
+    out_dir: str = field(default="runs/default", metadata={"help": "run directory (metrics.jsonl, config.json, summary.json, ckpt/, final/)", "resumable": True})
+    seed: int = field(default=0, metadata={"help": "seed of every random number generator of the run", "seed_key": "seed"})
     threads: int = field(default=0, metadata={"help": "torch intra-op threads (torch.set_num_threads); 0 keeps torch's default"})
     train_pool: int = field(default=4096, metadata={"help": "number of distinct training prompts (cycled, reshuffled every epoch)"})
-    prompt_format: str = field(default="auto", metadata={"help": "how task prompts reach the model: auto (through the tokenizer's chat template with the task's answer instruction when it has one, else raw) | chat | raw"})
+    prompt_format: str = field(default="auto", metadata={"help": "how task prompts reach the model: auto (through the tokenizer's chat template with the task's answer instruction when it has one, else raw) | chat | raw", "protocol": True})
 
     # --- objective ---
-    objective: str = field(default="respo", metadata={"help": "policy objective, any name in respo.OBJECTIVES; a new one given on the command line drops the --config file's objective_kwargs"})
-    objective_kwargs: dict = field(default_factory=dict, metadata={"help": "the objective's hyperparameters as JSON / TOML, e.g. {\"pos\": [2.0, 0.5, 2.0]}; {} = the objective's defaults"})
-    loss_agg_mode: str = field(default="", metadata={"help": "loss aggregation (token-mean, seq-mean-token-mean, ...); empty = the objective's published default"})
+    objective: str = field(default="respo", metadata={"help": "policy objective, any name in respo.OBJECTIVES; a new one given on the command line drops the --config file's objective_kwargs", "seed_key": "objective"})
+    objective_kwargs: dict = field(default_factory=dict, metadata={"help": "the objective's hyperparameters as JSON / TOML, e.g. {\"pos\": [2.0, 0.5, 2.0]}; {} = the objective's defaults", "seed_key": "objective"})
+    loss_agg_mode: str = field(default="", metadata={"help": "loss aggregation (token-mean, seq-mean-token-mean, ...); empty = the objective's published default", "seed_key": "loss_agg_mode"})
     adv_kind: str = field(default="grpo", metadata={"help": "group advantage estimator: grpo | drgrpo | rloo"})
 
     # --- batch and staleness ---
-    prompts: int = field(default=16, metadata={"help": "B: prompts per mini-batch (one optimizer step)"})
-    group_size: int = field(default=8, metadata={"help": "G: sampled responses per prompt"})
-    reuse: int = field(default=1, metadata={"help": "N: mini-batches (optimizer steps) per rollout step in sync mode; staleness 0..N-1"})
+    prompts: int = field(default=16, metadata={"help": "B: prompts per mini-batch (one optimizer step)", "seed_key": "B"})
+    group_size: int = field(default=8, metadata={"help": "G: sampled responses per prompt", "seed_key": "group_size"})
+    reuse: int = field(default=1, metadata={"help": "N: mini-batches (optimizer steps) per rollout step in sync mode; staleness 0..N-1", "seed_key": "reuse"})
     micro_batch: int = field(default=0, metadata={"help": "sequences per forward/backward (gradient accumulation); 0 = the whole mini-batch"})
-    updates: int = field(default=64, metadata={"help": "total optimizer steps (policy updates) of the run"})
+    updates: int = field(default=64, metadata={"help": "total optimizer steps (policy updates) of the run", "seed_key": "updates", "resumable": True})
     mode: str = field(default="sync", metadata={"help": "sync (reuse-N schedule) | async (rollout worker thread a bounded number of versions behind)"})
     sync_every: int = field(default=1, metadata={"help": "async: push the learner's weights to the rollout worker every K updates"})
     max_staleness: int = field(default=4, metadata={"help": "async: drop samples more than this many policy versions behind"})
     queue_size: int = field(default=2, metadata={"help": "async: rollout batches the worker may have waiting"})
 
     # --- sampling ---
-    max_new_tokens: int = field(default=24, metadata={"help": "maximum response length in tokens"})
+    max_new_tokens: int = field(default=24, metadata={"help": "maximum response length in tokens", "protocol": True})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of rollouts"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold of rollouts (1 = off)"})
 
@@ -93,26 +108,26 @@ class TrainConfig:
     rollout_bypass: bool = field(default=False, metadata={"help": "use the engine's log-probs as old_logp (no recompute; log W then holds the mismatch too)"})
 
     # --- optimizer (AdamW, linear warm-up then constant) ---
-    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate after warm-up"})
+    lr: float = field(default=1e-4, metadata={"help": "AdamW learning rate after warm-up", "seed_key": "lr"})
     warmup: int = field(default=10, metadata={"help": "updates of linear learning-rate warm-up"})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay"})
     grad_clip: float = field(default=1.0, metadata={"help": "maximum global gradient norm; 0 disables clipping"})
     adam_betas: tuple = field(default=(0.9, 0.999), metadata={"help": "AdamW (beta1, beta2) as a JSON list"})
     adam_eps: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
-    max_nonfinite_steps: int = field(default=3, metadata={"help": "an update whose loss or gradient is not finite is skipped (no optimizer or scheduler step; skipped = 1 in metrics.jsonl); after this many in a row the run stops, with a checkpoint of its last good state"})
+    max_nonfinite_steps: int = field(default=3, metadata={"help": "an update whose loss or gradient is not finite is skipped (no optimizer or scheduler step; skipped = 1 in metrics.jsonl); after this many in a row the run stops, with a checkpoint of its last good state", "resumable": True})
 
     # --- MoE ---
-    routing_replay: bool = field(default=False, metadata={"help": "MoE only: replay the rollout's expert routing in the old-logp and training forwards"})
+    routing_replay: bool = field(default=False, metadata={"help": "MoE only: replay the rollout's expert routing in the old-logp and training forwards", "seed_key": "routing_replay"})
 
     # --- evaluation, checkpoints, logging ---
-    eval_prompts: int = field(default=128, metadata={"help": "held-out prompts for the periodic and final evaluation (0 = none)"})
-    eval_k: int = field(default=4, metadata={"help": "samples per held-out prompt (mean@k, pass@k)"})
-    eval_every: int = field(default=0, metadata={"help": "evaluate every this many updates (0 = only before and after training)"})
-    eval_before: bool = field(default=True, metadata={"help": "also evaluate the initial policy"})
-    checkpoint_every: int = field(default=0, metadata={"help": "updates between checkpoints (0 = only at exit)"})
-    keep_checkpoints: int = field(default=2, metadata={"help": "number of newest checkpoints kept in ckpt/"})
-    tensorboard: bool = field(default=True, metadata={"help": "also write TensorBoard events when tensorboard is installed"})
-    progress: bool = field(default=True, metadata={"help": "show a tqdm progress bar"})
+    eval_prompts: int = field(default=128, metadata={"help": "held-out prompts for the periodic and final evaluation (0 = none)", "protocol": True})
+    eval_k: int = field(default=4, metadata={"help": "samples per held-out prompt (mean@k, pass@k)", "protocol": True})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every this many updates (0 = only before and after training)", "resumable": True})
+    eval_before: bool = field(default=True, metadata={"help": "also evaluate the initial policy", "reusable": True})
+    checkpoint_every: int = field(default=0, metadata={"help": "updates between checkpoints (0 = only at exit)", "resumable": True})
+    keep_checkpoints: int = field(default=2, metadata={"help": "number of newest checkpoints kept in ckpt/", "resumable": True})
+    tensorboard: bool = field(default=True, metadata={"help": "also write TensorBoard events when tensorboard is installed", "resumable": True})
+    progress: bool = field(default=True, metadata={"help": "show a tqdm progress bar", "resumable": True})
 
     @property
     def rollout_prompts(self) -> int:
@@ -125,10 +140,22 @@ class TrainConfig:
         return self.prompts * self.group_size
 
     # --- device, precision, speed ---
-    device: str = field(default="cpu", metadata={"help": "where sampling, training, evaluation and SFT run: cpu | cuda | cuda:K | auto (CUDA when available)"})
-    dtype: str = field(default="float32", metadata={"help": "compute dtype: float32 | bfloat16 (autocast with float32 master weights, float32 logits and log-probs)"})
+    device: str = field(default="cpu", metadata={"help": "where sampling, training, evaluation and SFT run: cpu | cuda | cuda:K | auto (CUDA when available)", "reusable": True})
+    dtype: str = field(default="float32", metadata={"help": "compute dtype: float32 | bfloat16 (autocast with float32 master weights, float32 logits and log-probs)", "protocol": True})
     micro_batch_tokens: int = field(default=0, metadata={"help": "pack each mini-batch into micro-batches of at most this many padded tokens (rows x columns); 0 = use micro_batch"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the training forward (pays off on long runs only; see benchmarks/bench_compile.py)"})
+
+
+#: The rule keys a field's metadata may hold besides ``help`` (`TrainConfig`'s docstring says what each means).
+RULES = ("resumable", "reusable", "protocol", "seed_key")
+
+
+def rule(name: str) -> dict[str, Any]:
+    """``{field: value}`` of every `TrainConfig` field whose metadata holds rule ``name`` (one of `RULES`),
+    in field order."""
+    if name not in RULES:
+        raise ValueError(f"unknown field rule {name!r}; choose one of {', '.join(RULES)}")
+    return {f.name: f.metadata[name] for f in dataclasses.fields(TrainConfig) if name in f.metadata}
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:

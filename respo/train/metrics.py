@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from respo.core.mismatch import mismatch_metrics
-from respo.fileio import write_text_atomic
+from respo.fileio import read_jsonl, write_text_atomic  # read_jsonl: re-exported for its older importers
 from respo.train.buffer import Batch, staleness_stats
 from respo.train.scores import late_mean
 
@@ -53,18 +53,6 @@ def _finite_or_none(v: Any) -> tuple[Any, int]:
     if isinstance(x, list):
         return _finite_or_none(x)
     return x, int(x is None and v is not None)
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """All records of a metrics file (a truncated last line, e.g. after a kill, is skipped)."""
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
 
 
 class MetricsLogger:

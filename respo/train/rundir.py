@@ -9,8 +9,8 @@ extra is written). A path that cannot become a run directory (a regular file, a 
 a directory this process may not write) is refused by `check_writable` before anything is written.
 
 The trainer's order: `check_writable` → `lock_run_dir` → `prepare_run_dir` (the checkpoint to resume from) →
-`check_resume` and `finished` → `reopen` (a resumed run that goes on drops what described its end)
-→ `write_config`.
+`check_resume` (settings, and a ``metrics.jsonl`` that logs exactly the checkpoint's updates: `log_problem`)
+and `finished` → `reopen` (a resumed run that goes on drops what described its end) → `write_config`.
 """
 
 from __future__ import annotations
@@ -24,24 +24,25 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from respo.errors import RespoError
-from respo.fileio import write_text_atomic
+from respo.fileio import read_jsonl, write_text_atomic
 from respo.train.checkpoint import latest_checkpoint
+from respo.train.config import rule
 
 __all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
            "prepare_run_dir", "lock_run_dir", "read_record", "resume_changes", "check_resume", "finished",
-           "resumed_entries", "reopen", "write_config"]
+           "resumed_entries", "reopen", "write_config", "log_problem"]
 
 #: What a run writes into its directory; anything else there (a sweep's train.log, notes) is left alone.
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", "tb", "report.md", "curve.png")
 #: What describes a run's end (the CLI and the demo add report.md and curve.png); removed when a resumed
 #: run goes on past it.
 ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
-#: Settings a resumed run may change: they change neither the weights nor the per-update records
-#: (evaluation draws from its own generator, so ``eval_every`` only adds or removes eval records;
-#: ``max_nonfinite_steps`` only says how many skipped updates in a row stop a run). Every other setting, ``threads`` included (the thread count changes CPU floating-point sums), is
-#: part of the experiment.
-RESUMABLE = ("updates", "out_dir", "cache_dir", "progress", "tensorboard", "checkpoint_every", "keep_checkpoints",
-             "eval_every", "max_nonfinite_steps")
+#: Settings a resumed run may change (``"resumable"`` in their `TrainConfig` field's metadata): they change
+#: neither the weights nor the per-update records (evaluation draws from its own generator, so
+#: ``eval_every`` only adds or removes eval records; ``max_nonfinite_steps`` only says how many skipped
+#: updates in a row stop a run). Every other setting, ``threads`` included (the thread count changes CPU
+#: floating-point sums), is part of the experiment.
+RESUMABLE = tuple(rule("resumable"))
 
 
 class RunDirError(RespoError, RuntimeError):
@@ -204,7 +205,9 @@ def check_resume(run_dir: Path, settings: Mapping[str, Any], defaults: Mapping[s
     on config.json).
 
     Raises:
-        RunDirError: a setting that changes the experiment differs, or the run is already past ``updates``.
+        RunDirError: a setting that changes the experiment differs, ``metrics.jsonl`` does not log exactly
+            the checkpoint's updates 1 .. U (records past U, which the resumed run drops, aside), or the run
+            is already past ``updates``.
     """
     record = read_record(run_dir)  # a corrupt one is refused even when the manifest has the settings
     old = manifest.get("config", record)
@@ -214,6 +217,13 @@ def check_resume(run_dir: Path, settings: Mapping[str, Any], defaults: Mapping[s
               flush=True)
     else:
         changes = resume_changes(old, settings, defaults=defaults)
+    path = run_dir / "metrics.jsonl"
+    logged = [r.get("update") for r in (read_jsonl(path) if path.is_file() else [])
+              if "event" not in r and not (isinstance(r.get("update"), int) and r["update"] > manifest["update"])]
+    problem = log_problem(logged, manifest["update"])
+    if problem:
+        raise RunDirError(f"--resume: {path} {problem}, but the checkpoint is at update {manifest['update']}: the log "
+                          f"and the checkpoint disagree; restore the log, or start again with --overwrite")
     if manifest["update"] > updates:
         raise RunDirError(f"--resume: the run in {str(run_dir)!r} is at update {manifest['update']}, past "
                           f"updates = {updates}; a run cannot be shortened (pass --updates "
@@ -244,3 +254,28 @@ def reopen(run_dir: Path) -> None:
 def write_config(run_dir: Path, record: Mapping[str, Any]) -> None:
     """``config.json``: every setting of the run, the policy it started from and its resumes."""
     write_text_atomic(run_dir / "config.json", json.dumps(record, indent=1))
+
+
+def _spans(updates: list[int]) -> str:
+    """Sorted distinct update numbers as ranges: [1, 2, 3, 7, 9, 10] -> "1–3, 7, 9–10"."""
+    out, nums = [], sorted(set(updates))
+    for u in nums:
+        if out and u == out[-1][1] + 1:
+            out[-1][1] = u
+        else:
+            out.append([u, u])
+    return ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in out)
+
+
+def log_problem(updates: list, last: int | None = None) -> str | None:
+    """What is wrong with a log whose per-update records carry the update numbers ``updates`` (in file order),
+    or None: they must be 1, 2, .., k (no gap, no repeat), and k = ``last`` when it is given. The answer
+    reads after the log's name: "logs updates 1–100, 171–172 (102 records)"."""
+    k = len(updates)
+    if updates == list(range(1, k + 1)) and (last is None or k == last):
+        return None
+    numbered = [u for u in updates if isinstance(u, int) and not isinstance(u, bool)]
+    said = f"updates {_spans(numbered)}" if numbered else "no update"
+    extra = [f"{k - len(numbered)} record(s) without an update number"] if len(numbered) < k else []
+    extra += [f"{len(numbered) - len(set(numbered))} repeated"] if len(set(numbered)) < len(numbered) else []
+    return f"logs {said} ({k} record{'s' * (k != 1)}{''.join(f', {e}' for e in extra)})"
