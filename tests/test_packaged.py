@@ -181,7 +181,7 @@ def test_a_sweep_measures_its_starting_policy_on_the_prompts_the_runs_see(conver
 
     seen = []
     monkeypatch.setattr(evaluate, "evaluate_held_out",
-                        lambda policy, task, held_out, cfg: seen.extend(ex.prompt for ex in held_out) or {"pass@1": 0.0})
+                        lambda policy, task, held_out, cfg, engine=None: seen.extend(ex.prompt for ex in held_out) or {"pass@1": 0.0})
     base = tmp_path / "base.toml"
     base.write_text(f'model = "{NAME}"\nwarm_start = false\ntask = "worded_addition"\neval_prompts = 2\n'
                     f'cache_dir = "{CACHE}"\nprogress = false\n')

@@ -13,18 +13,20 @@ from respo.train.config import RULES, TrainConfig, rule
 
 def test_resumable_is_the_hand_written_set():
     assert set(rundir.RESUMABLE) == {"updates", "out_dir", "cache_dir", "progress", "tensorboard",
-                                     "checkpoint_every", "keep_checkpoints", "eval_every"}
-    assert len(rundir.RESUMABLE) == 8  # no field twice
+                                     "checkpoint_every", "keep_checkpoints", "eval_every", "max_nonfinite_steps"}
+    assert len(rundir.RESUMABLE) == 9  # no field twice
 
 
 def test_reusable_is_resumable_plus_device_and_eval_before():
     assert set(grid.REUSABLE) == set(rundir.RESUMABLE) | {"device", "eval_before"}
-    assert len(grid.REUSABLE) == 10
+    assert len(grid.REUSABLE) == 11
 
 
 def test_protocol_fields_are_the_hand_written_set():
-    assert set(baseline.PROTOCOL_FIELDS) == {"eval_prompts", "eval_k", "max_new_tokens", "prompt_format", "dtype"}
-    assert len(baseline.PROTOCOL_FIELDS) == 5
+    # the evaluation samples through the run's engine, so the engine's settings are part of its protocol
+    assert set(baseline.PROTOCOL_FIELDS) == {"eval_prompts", "eval_k", "max_new_tokens", "prompt_format", "dtype",
+                                             "rollout_engine", "engine_dtype", "engine_threads"}
+    assert len(baseline.PROTOCOL_FIELDS) == 8
 
 
 def test_seed_key_is_the_hand_written_set_of_runs_csv_columns():

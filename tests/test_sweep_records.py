@@ -171,7 +171,7 @@ def test_a_second_sweep_invocation_reuses_its_warm_starts_baseline_evaluation(tm
     monkeypatch.setattr(policy_mod, "load_run_policy",
                         lambda cfg: Namespace(model=build_policy("tiny-dense", tok), tokenizer=tok, info=dict(info)))
     monkeypatch.setattr(evaluate, "evaluate_held_out",
-                        lambda policy, task, held_out, cfg: evaluated.append(len(held_out)) or {"pass@1": 0.5})
+                        lambda policy, task, held_out, cfg, engine=None: evaluated.append(len(held_out)) or {"pass@1": 0.5})
     base = tmp_path / "base.toml"
     base.write_text('model = "tiny-dense"\nwarm_start = true\neval_prompts = 4\nprogress = false\n')
     sweep = tmp_path / "sweep"

@@ -66,6 +66,7 @@ def prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Pa
     import torch
 
     from respo.runtime.chat import render_for
+    from respo.runtime.engines import make_engine
     from respo.runtime.tasks import get_task
     from respo.train.config import load_config
     from respo.train.evaluate import EVAL_SEED, evaluate_held_out
@@ -98,7 +99,17 @@ def prewarm(specs: list[RunSpec], base_config: Path, threads: int, sweep_dir: Pa
         # the runs' own rendering (chat template or raw), so the reference is measured on the prompts they see
         task, held_out = render_for(policy.tokenizer, cfg.prompt_format, task,
                                     task.examples("test", cfg.eval_prompts, EVAL_SEED))
-        ev = evaluate_held_out(policy, task, held_out, cfg)
+        engine = None
+        if cfg.rollout_engine != "respo":  # the runs evaluate through their engine: so does their reference
+            engine = make_engine(cfg.rollout_engine, policy.model, policy.tokenizer, dtype=cfg.dtype,
+                                 engine_dtype=cfg.engine_dtype, threads=cfg.engine_threads, verbose=False)
+        try:
+            if engine is not None:
+                engine.sync_weights(policy.model)
+            ev = evaluate_held_out(policy, task, held_out, cfg, engine=engine)
+        finally:
+            if engine is not None:
+                engine.close()
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out, json.dumps({"model": cfg.model, "task": cfg.task, "task_kwargs": cfg.task_kwargs,
                                            "policy": policy.info, "protocol": protocol, "eval": ev},

@@ -67,22 +67,31 @@ def summarize_correct(correct: torch.Tensor) -> dict[str, float]:
 @torch.no_grad()
 def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens: int, temperature: float = 1.0,
                     generator: torch.Generator | None = None, batch_rows: int = 512, greedy: bool = True,
-                    router_recorder=None) -> dict[str, float]:
+                    router_recorder=None, engine=None) -> dict[str, float]:
     """Sample ``k`` responses per held-out example at ``temperature`` and score them.
+
+    The samples come from respo's sampler on ``model``, or from ``engine`` (a
+    `respo.runtime.engines.RolloutEngine` already holding ``model``'s weights) when one is given.
 
     Returns:
         ``mean@k`` (+ ``_se``), ``pass@j`` for j in {1, 2, 4, 8, k} up to k (+ ``_se``), the mean
         response length, and ``greedy_acc`` (+ ``_se``) when ``greedy`` (`GREEDY_TOP_P` keeps only the
         arg-max token, i.e. greedy decoding).
     """
+    def draw(prompts: list, top_p: float):
+        if engine is not None:
+            return engine.sample(prompts, max_new_tokens=max_new_tokens, temperature=temperature if top_p == 1.0
+                                 else 1.0, top_p=top_p, generator=generator, version=0)
+        return sample(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                      temperature=temperature if top_p == 1.0 else 1.0, top_p=top_p, generator=generator)
+
     was_training = model.training
     model.eval()
     try:
         prompts = [ex.prompt for ex in examples for _ in range(k)]
         rewards, lengths = [], []
         for i in range(0, len(prompts), batch_rows):
-            ro = sample(model, tokenizer, prompts[i:i + batch_rows], max_new_tokens=max_new_tokens,
-                        temperature=temperature, generator=generator)
+            ro = draw(prompts[i:i + batch_rows], 1.0)
             exs = [examples[j // k] for j in range(i, i + len(ro.responses))]
             rewards += score_rollout(task, ro, exs)
             lengths += ro.response_mask.sum(1).tolist()
@@ -93,8 +102,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
             acc = []
             for i in range(0, len(examples), batch_rows):
                 chunk = examples[i:i + batch_rows]
-                ro = sample(model, tokenizer, [ex.prompt for ex in chunk], max_new_tokens=max_new_tokens,
-                            temperature=1.0, top_p=GREEDY_TOP_P, generator=generator)
+                ro = draw([ex.prompt for ex in chunk], GREEDY_TOP_P)
                 acc += [float(r > 0) for r in score_rollout(task, ro, chunk)]
             out["greedy_acc"], out["greedy_acc_se"] = _mean_se(acc)
         return out
@@ -102,7 +110,7 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
         model.train(was_training)
 
 
-def evaluate_held_out(policy, task, examples, cfg) -> dict:
+def evaluate_held_out(policy, task, examples, cfg, *, engine=None) -> dict:
     """A run's held-out evaluation: ``cfg.eval_k`` samples per example at `EVAL_TEMPERATURE`, drawn
     from a generator seeded with `EVAL_SEED` (the same draws before, during and after training).
 
@@ -110,11 +118,14 @@ def evaluate_held_out(policy, task, examples, cfg) -> dict:
         policy: anything with ``model`` and ``tokenizer`` (a `respo.train.policy.Policy`).
         cfg: the run's `TrainConfig` (``eval_k``, ``max_new_tokens``, ``dtype``); the draws come from a
             generator on the model's device (CUDA draws differ from the CPU's).
+        engine: the run's rollout engine, holding ``policy.model``'s current weights, when it is not respo's
+            own sampler (``cfg.rollout_engine``): the evaluation then samples as the rollouts do.
     """
     gen = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(EVAL_SEED)
     with mixed_precision(policy.model, cfg.dtype):
         return evaluate_policy(policy.model, policy.tokenizer, task, examples, k=cfg.eval_k,
-                               max_new_tokens=cfg.max_new_tokens, temperature=EVAL_TEMPERATURE, generator=gen)
+                               max_new_tokens=cfg.max_new_tokens, temperature=EVAL_TEMPERATURE, generator=gen,
+                               engine=engine)
 
 
 def eval_record(ev: dict) -> dict:

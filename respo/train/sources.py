@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import copy
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import torch
 
@@ -55,8 +57,11 @@ class MiniBatchSource(Protocol):
     def after_update(self, model: torch.nn.Module, update: int, version: int) -> None:
         """Called after every update with the new weights."""
 
+    def evaluating(self, model: torch.nn.Module) -> Iterator[None]:
+        """A context in which the engine samples ``model`` (the learner's current weights), for an evaluation."""
+
     def close(self) -> None:
-        """Release what the source holds (threads)."""
+        """Release what the source holds (threads); the engine stays open (the run closes it)."""
 
 
 class _RepeatedPrompts:
@@ -107,8 +112,13 @@ class SyncReuseSource:
     def after_update(self, model: torch.nn.Module, update: int, version: int) -> None:
         pass
 
+    @contextmanager
+    def evaluating(self, model: torch.nn.Module) -> Iterator[None]:
+        self.engine.sync_weights(model)  # the next rollout step syncs again before it samples
+        yield
+
     def close(self) -> None:
-        self.engine.close()
+        pass
 
 
 def behaviour_or_recomputed(model: torch.nn.Module, batch: Batch, cfg: TrainConfig, *, start_row: int | None = None):
@@ -129,19 +139,22 @@ class AsyncSource:
         snapshot.requires_grad_(False)
         generator = torch.Generator(device=next(policy.model.parameters()).device)
         generator.manual_seed(cfg.seed + WORKER_SEED_OFFSET)
-        self.sync_every, self.prompts, self.engine = cfg.sync_every, cfg.prompts, engine
+        self.sync_every, self.prompts, self.engine, self.snapshot = cfg.sync_every, cfg.prompts, engine, snapshot
         self.repeats = _RepeatedPrompts(cfg)
+        self._engine_lock = threading.Lock()  # the worker's sampling and syncs, or an evaluation: one at a time
         self._sync_s = [engine.sync_weights(snapshot)]  # weight-sync times, reported with the next mini-batch
 
         def produce(v: int) -> MiniBatch:
-            batch, rec = sample_rollout(engine, task, pool, stream.next(cfg.prompts), cfg, generator, v)
+            with self._engine_lock:
+                batch, rec = sample_rollout(engine, task, pool, stream.next(cfg.prompts), cfg, generator, v)
             with timed(rec, "old_logp"):
                 batch.old_logp = behaviour_or_recomputed(snapshot, batch, cfg, start_row=0)
             return MiniBatch(batch, False, {k.replace("time/", "time/worker_"): t for k, t in rec.items()})
 
         def load(state_dict: dict) -> None:  # on the worker thread, between batches
             snapshot.load_state_dict(state_dict)
-            self._sync_s.append(engine.sync_weights(snapshot))
+            with self._engine_lock:
+                self._sync_s.append(engine.sync_weights(snapshot))
 
         self.worker = AsyncRollouts(produce, load, queue_size=cfg.queue_size, max_staleness=cfg.max_staleness,
                                     initial_version=version).start()
@@ -163,6 +176,14 @@ class AsyncSource:
         if update % self.sync_every == 0:
             self.worker.publish(model.state_dict(), version)
 
+    @contextmanager
+    def evaluating(self, model: torch.nn.Module) -> Iterator[None]:
+        with self._engine_lock:  # the worker waits; then the engine holds its snapshot again
+            self.engine.sync_weights(model)
+            try:
+                yield
+            finally:
+                self.engine.sync_weights(self.snapshot)
+
     def close(self) -> None:
         self.worker.stop()
-        self.engine.close()

@@ -16,7 +16,7 @@ import random
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -95,7 +95,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
         part_start = time.perf_counter()
         with _global_state_restored():
             run = _setup(cfg, run_dir, ckpt, settings, changes, part_start)
-            _loop(cfg, run)
+            try:
+                _loop(cfg, run)
+            finally:
+                run.engine.close()
         state = run.state
         write_summary(run_dir, cfg, state.evals, state.update, state.dropped, state.wall_parts())
     return run_dir
@@ -115,10 +118,18 @@ class _Run:
     objective: Objective
     state: RunState
     log: MetricsLogger
-    engine: RolloutEngine  # samples the rollouts (closed by the source that uses it)
+    engine: RolloutEngine  # samples the rollouts and evaluations (closed at the end of the loop)
 
-    def evaluate(self, name: str) -> None:
-        self.state.evals[name] = evaluate_held_out(self.policy, self.task, self.held_out, self.cfg)
+    def evaluate(self, name: str, source: MiniBatchSource | None = None) -> None:
+        """Evaluate the learner's current weights, sampled by the run's engine (``source`` is the running
+        rollout source, which hands the engine over; before and after the loop the engine is idle)."""
+        model = self.policy.model
+        engine = None if self.cfg.rollout_engine == "respo" else self.engine  # respo's sampler: the model itself
+        with (source.evaluating(model) if source is not None and engine is not None else nullcontext()):
+            if engine is not None and source is None:
+                engine.sync_weights(model)
+            self.state.evals[name] = evaluate_held_out(self.policy, self.task, self.held_out, self.cfg,
+                                                       engine=engine)
         self.log.log({"event": "eval", "update": self.state.update, **eval_record(self.state.evals[name])})
 
     def checkpoint(self) -> None:
@@ -251,7 +262,7 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 bar.set_postfix(score=f"{rec['score']:.3f}", stale=f"{rec['staleness_mean']:.1f}")
                 # -- evaluate, checkpoint: when due
                 if _due(cfg.eval_every, state.update, cfg.updates) and run.held_out:
-                    run.evaluate(f"update_{state.update}")
+                    run.evaluate(f"update_{state.update}", source)
                 if _due(cfg.checkpoint_every, state.update, cfg.updates):
                     run.checkpoint()
     finally:

@@ -35,8 +35,9 @@ class RolloutEngine(Protocol):
         """Make the next rollouts come from ``model``'s current weights; returns the seconds it took."""
 
     def sample(self, prompts: list[str], *, max_new_tokens: int, temperature: float, top_p: float,
-               generator: torch.Generator, version: int) -> Rollout:
-        """One response per prompt (repeat a prompt G times for a group), with behaviour log-probs."""
+               generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
+        """One response per prompt (repeat a prompt G times for a group), with behaviour log-probs;
+        ``stop_at_eos=False`` samples ``max_new_tokens`` for every prompt (what a throughput benchmark needs)."""
 
     def close(self) -> None:
         """Release what the engine holds."""

@@ -31,7 +31,7 @@ class RespoEngine:
 
     @torch.no_grad()
     def sample(self, prompts: list[str], *, max_new_tokens: int, temperature: float, top_p: float,
-               generator: torch.Generator, version: int) -> Rollout:
+               generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
         model = self.model
         was_training = model.training
         recorder = moe.RoutingRecorder(model) if moe.is_moe(model) else None
@@ -39,7 +39,8 @@ class RespoEngine:
         try:
             with mixed_precision(model, self.dtype):
                 ro = sample(model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                            top_p=top_p, generator=generator, version=version, router_recorder=recorder)
+                            top_p=top_p, generator=generator, version=version, router_recorder=recorder,
+                            stop_at_eos=stop_at_eos)
         finally:
             model.train(was_training)
         if recorder is not None:

@@ -243,13 +243,14 @@ class VLLMEngine:
         return time.perf_counter() - t0
 
     def sample(self, prompts: list[str], *, max_new_tokens: int, temperature: float, top_p: float,
-               generator: torch.Generator, version: int) -> Rollout:
+               generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
         if self._layout is None:
             raise EngineError("sample() before sync_weights(): the engine holds no weights yet")
         prompt_rows = self.tokenizer(list(prompts))["input_ids"]
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
         rows = self._call("generate", prompts=prompt_rows, max_tokens=max_new_tokens, temperature=temperature,
-                          top_p=top_p, seed=seed, stop_token_ids=[self.eos])
+                          top_p=top_p, seed=seed, stop_token_ids=[self.eos] if stop_at_eos else [],
+                          ignore_eos=not stop_at_eos)
         return self._rollout(prompts, prompt_rows, rows, temperature, version)
 
     def _rollout(self, prompts, prompt_rows, rows, temperature: float, version: int) -> Rollout:

@@ -39,6 +39,18 @@ from multiprocessing.connection import Client
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
+def _repack_tied_head(model) -> None:
+    """A tied LM head (its weight is the input embedding's) is left out of a checkpoint, so a reload does not
+    redo its CPU GEMM packing: the logits would keep using the old embedding's packed copy (measured). The
+    embedding itself was reloaded in place; the head's packed copy is made again from it."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    weight = getattr(head, "weight", None)
+    if head is None or embed is None or weight is None or weight.data_ptr() != embed.weight.data_ptr():
+        return  # untied: the reload repacked the head with every other layer
+    head.quant_method.process_weights_after_loading(head)
+
+
 class _Server:
     def __init__(self):
         self.llm = None
@@ -68,6 +80,7 @@ class _Server:
         tensors = [(name, flat[off:off + n].view(*shape)) for name, shape, off, n in layout]
         worker = self.llm.llm_engine.model_executor.driver_worker.worker
         worker.reload_weights(weights_iterator=iter(tensors))
+        _repack_tied_head(worker.model_runner.get_model())
         return {"sync_s": time.perf_counter() - t0}
 
     def remove_files(self, engine_dir: str | None) -> None:
@@ -84,14 +97,14 @@ class _Server:
             shutil.rmtree(engine_dir, ignore_errors=True)
 
     def generate(self, prompts: list, max_tokens: int, temperature: float, top_p: float, seed: int,
-                 stop_token_ids: list) -> list:
+                 stop_token_ids: list, ignore_eos: bool = False) -> list:
         import torch
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         torch.manual_seed(seed)  # vLLM's sampler draws from the default generator (no per-request seeds)
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0,
-                                stop_token_ids=list(stop_token_ids), detokenize=False)
+                                stop_token_ids=list(stop_token_ids), ignore_eos=ignore_eos, detokenize=False)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         rows = []
         for out in outs:
