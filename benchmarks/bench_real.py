@@ -172,12 +172,11 @@ def _trainer_logp(model, ro) -> torch.Tensor:
 
 
 def _cpu_flags() -> list[str]:
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":", 1)[1].split()
-    except (OSError, StopIteration):
-        return []
-    return [f for f in wanted if f in flags]
+    """The ISA flags that decide what vLLM's CPU backend can do and its dtype (``auto``)."""
+    from respo.runtime.engines.vllm import cpu_flags
+
+    have = cpu_flags()
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in have]
 
 
 def bench_engines(model, tok, args) -> dict:
