@@ -18,17 +18,17 @@ import pytest
 
 from respo.cli import main
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 # commands the test does not run, by their first word(s), and why
 NOT_RUN = {
-    "make demo": "builds a virtual environment (tests/test_demo.py runs the demo itself)",
+    "make demo": "builds a virtual environment (tests/train/test_demo.py runs the demo itself)",
     "make test": "the whole suite",
     "make bench": "the benchmarks, minutes each",
     ".venv/bin/python benchmarks/": "the benchmarks, minutes each",
     "scripts/gpu_check.sh": "CUDA tests, benchmarks and sweeps (DEVICE=cpu runs it on the CPU; minutes)",
     "scripts/real_gpu_stage.sh": "fetches a wheel from the package index and writes ~100 MB of model parts",
-    "scripts/real_gpu_grid.sh": "the real model's grid on a GPU (tests/test_real_gpu_scripts.py checks its plan)",
+    "scripts/real_gpu_grid.sh": "the real model's grid on a GPU (tests/tools/test_real_gpu_scripts.py checks its plan)",
     "examples/verl/prepare_data.sh": "verl data preparation (needs the datasets and verl)",
     "examples/verl/run_paper.sh": "a verl launch on a GPU cluster",
 }
@@ -87,7 +87,7 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     shutil.copytree(ROOT / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
     converted = ROOT / ".cache" / "respo" / "packaged"
-    if converted.is_dir():  # the packaged model tests/test_packaged.py converted: not converted a second time
+    if converted.is_dir():  # the packaged model tests/runtime/test_packaged.py converted: not converted a second time
         (tmp_path / ".cache" / "respo").mkdir(parents=True)
         (tmp_path / ".cache" / "respo" / "packaged").symlink_to(converted)
     monkeypatch.chdir(tmp_path)
