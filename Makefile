@@ -14,7 +14,7 @@ export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup engine demo test bench clean
+.PHONY: setup engine demo test test-fast bench clean
 
 setup: $(STAMP) $(ESTAMP)
 
@@ -50,6 +50,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# the core maths and the command line (tests/core, tests/cli): no real model trained, no vLLM, Ray or verl started
+test-fast: setup
+	$(PY) -m pytest -q tests/core tests/cli
 
 bench: setup
 	$(PY) benchmarks/bench_losses.py

@@ -47,7 +47,7 @@ step() {  # step NAME OUTFILE COMMAND...: run, record exit code and seconds
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" | tee -a "$OUT/summary.txt"
 
 # 1. tests: the CUDA ones (skipped where CUDA is missing) and the precision / micro-batch ones
-step tests "$OUT/tests.log" "$PYTHON" -m pytest -q -rs -m "$TEST_MARK" tests/test_device_precision.py tests/test_sampler.py
+step tests "$OUT/tests.log" "$PYTHON" -m pytest -q -rs -m "$TEST_MARK" tests/train/test_device_precision.py tests/runtime/test_sampler.py
 
 # 2. benchmarks (JSON lines)
 step bench_precision "$OUT/bench_precision.jsonl" "$PYTHON" benchmarks/bench_precision.py --device "$DEVICE" \

@@ -1,7 +1,13 @@
-"""Test-wide environment: nothing is written under the home directory, nothing reaches a hub."""
+"""Test-wide environment: nothing is written under the home directory, nothing reaches a hub.
+
+The tests are grouped by floor (core/, runtime/, train/, study/, integrations/, cli/); the helper
+modules they share (cli_support, trainer_support) stay here, so this directory goes on sys.path."""
 
 import os
+import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 _TMP = tempfile.mkdtemp(prefix="respo-tests-")
 os.environ.setdefault("MPLCONFIGDIR", os.path.join(_TMP, "matplotlib"))

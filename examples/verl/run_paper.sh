@@ -27,7 +27,7 @@
 #   --rollout-is turns on verl's training/inference-mismatch correction (rollout_is_weights =
 #       pi_old/pi_vllm, truncated at 2); respo's objectives fold it into log W in log space.
 #   --print-overrides prints the Hydra overrides one per line and exits (CI composes them with
-#   verl's config without a GPU: tests/test_integration_verl.py).
+#   verl's config without a GPU: tests/integrations/test_integration_verl.py).
 #
 # Kernel hyperparameters: respo's defaults are the paper's; to change them pass, after `--`,
 #   actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig \

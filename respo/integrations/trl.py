@@ -26,7 +26,7 @@ needs token versions TRL does not record and is refused), ``"dppo_tv"``/``"dppo_
 ``"tis"``/``"mis"`` with ``{"batch_normalize": true}`` (normalised within each micro-batch: the objective
 is called once per micro-batch). TRL has TIS and MIS itself (``vllm_importance_sampling_mode``, on
 π_old/π_vLLM), OPSM (``off_policy_mask_threshold``, which respo's ``opsm`` reproduces) and LUSPO
-(``loss_type="luspo"``, which respo's ``respo_luspo`` reproduces: tests/test_integration_trl.py);
+(``loss_type="luspo"``, which respo's ``respo_luspo`` reproduces: tests/integrations/test_integration_trl.py);
 docs/method.md maps them.
 
 Normalisation follows TRL's ``dapo``: ``token-mean`` divides by the token count of the whole

@@ -27,7 +27,7 @@ A family whose sparse MoE block has this router/experts contract needs no new co
 - built in: add a row ``(model_type, module, block class name, normalises)`` to
   ``families.BUILTIN_FAMILIES``, where ``normalises(router) -> bool`` says whether the family
   renormalises its top-k probabilities (e.g. the router's ``norm_topk_prob``), and add the
-  family to the tiny-model configs of ``tests/test_moe.py``;
+  family to the tiny-model configs of ``tests/runtime/test_moe.py``;
 - at run time: ``register_moe_family(MoEFamily(model_type, BlockClass, normalises))``
   (``router_attr``/``experts_attr`` name the block's router and experts when they are not
   ``gate`` and ``experts``).

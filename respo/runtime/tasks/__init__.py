@@ -53,7 +53,7 @@ Adding a task
    ``get_task(spec, **kwargs)`` passes the kwargs to the constructor and attaches the overlong
    penalty.
 3. Test that its splits are deterministic and disjoint and that demonstrations score +1
-   (``tests/test_tasks.py`` parametrises over specs).
+   (``tests/runtime/test_tasks.py`` parametrises over specs).
 """
 
 from __future__ import annotations

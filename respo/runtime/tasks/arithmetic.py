@@ -37,7 +37,7 @@ class AdditionTask(ProceduralTask):
             42  254
             85  512
 
-    (``tests/test_long_tasks.py`` measures these from the demonstrations with the char tokenizer.)
+    (``tests/runtime/test_long_tasks.py`` measures these from the demonstrations with the char tokenizer.)
     The prompt takes 2·digits + 2 tokens (+ BOS): 85 digits need 173 + 512 = 685 positions.
     """
 

@@ -22,7 +22,7 @@ Response length in tokens (the characters, + 1 for EOS), group j taking 2n + j +
          8                  9  252
         13                 13  521
 
-(``tests/test_long_tasks.py`` measures these from the demonstrations with the char tokenizer.)
+(``tests/runtime/test_long_tasks.py`` measures these from the demonstrations with the char tokenizer.)
 The prompt takes n + m + 2 tokens (+ BOS). The alphabet is the arithmetic one (digits and
 ``*=:,;``), so a policy warm-started on addition shares its vocabulary.
 """

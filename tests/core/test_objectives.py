@@ -196,7 +196,7 @@ def _valid_modes(name):
 
 
 # M2PO selects its tokens over the whole batch it is given, so it is not micro-batch invariant (by design;
-# tests/test_corrections.py shows the masks differ with the split and what still holds).
+# tests/core/test_corrections.py shows the masks differ with the split and what still holds).
 @pytest.mark.parametrize("name", sorted(set(OBJECTIVES) - {"m2po"}))
 def test_micro_batch_invariance(name):
     logp, old, adv, mask = random_batch(B=10, T=6, seed=5, scale=0.5)

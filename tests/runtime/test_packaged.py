@@ -18,7 +18,7 @@ from respo.runtime.pretrained_sft import load_pretrained
 from respo.runtime.sampler import sample
 
 NAME = "smollm2-135m-instruct"
-CACHE = Path(__file__).resolve().parents[1] / ".cache" / "respo"
+CACHE = Path(__file__).resolve().parents[2] / ".cache" / "respo"
 
 
 def _fake(**kw) -> PackagedModel:

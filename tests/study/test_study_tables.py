@@ -16,7 +16,7 @@ from respo.study.aggregate import load_runs
 from respo.study.tables import (COLUMNS, TableError, _select, calib_table, factorial_table, fill, headline_tables,
                                 read_rows, regime_table, replay_table, run_row, write_runs_csv)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(root: Path, objective: str, reuse: int, seed: int, scores: list[float], *, lr: float = 3e-5,
@@ -462,7 +462,7 @@ def test_the_study_floor_imports_nothing_from_the_cli():
     parsers."""
     import ast
 
-    study = Path(__file__).resolve().parents[1] / "respo" / "study"
+    study = Path(__file__).resolve().parents[2] / "respo" / "study"
     for path in study.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
@@ -471,7 +471,7 @@ def test_the_study_floor_imports_nothing_from_the_cli():
             assert not any(n == "respo.cli" or n.startswith("respo.cli.") for n in names), path.name
 
 
-# ---- paired tests and the 2 x 2 factorial (the numbers of tests/test_study_stats.py's hand-worked cases) ---
+# ---- paired tests and the 2 x 2 factorial (the numbers of tests/study/test_study_stats.py's hand-worked cases) ---
 def _row(objective, seed, late, pass1, *, first=0.45, start="abc123", lr=3e-5, reuse=8):
     row = {c: ([] if c in ("step_scores",) or c.startswith("staleness:") else math.nan) for c in COLUMNS}
     row.update({"run": f"{objective}_s{seed}", "objective": objective, "seed": seed, "lr": lr, "reuse": reuse,

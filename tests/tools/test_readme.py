@@ -1,9 +1,10 @@
-"""Every command in README.md's bash blocks runs as written (in smoke size).
+"""Every command in the bash blocks of README.md and docs/*.md runs as written (in smoke size).
 
 Each ``respo ...`` / ``python -m respo ...`` line is run through `respo.cli.main` in a scratch directory
-holding a copy of ``configs/``, in README order (later commands use what earlier ones wrote: the
-run that ``--resume`` continues and ``eval`` reads, the warm start that ``cp`` copies and the
-sweeps use), with small-size flags appended (argparse keeps the last value of a repeated flag).
+holding a copy of ``configs/``, in order (README.md first, then docs/*.md by name; later commands use
+what earlier ones wrote: the run that ``--resume`` continues and ``eval`` reads, the warm start that
+``cp`` copies and the sweeps use), with small-size flags appended (argparse keeps the last value of a
+repeated flag).
 Shell lines that only move files (``cp``) are run by the shell. Every other line must be listed in
 ``NOT_RUN`` with the reason, so a new README command cannot go untested unnoticed.
 """
@@ -18,17 +19,18 @@ import pytest
 
 from respo.cli import main
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 # commands the test does not run, by their first word(s), and why
 NOT_RUN = {
-    "make demo": "builds a virtual environment (tests/test_demo.py runs the demo itself)",
+    "make demo": "builds a virtual environment (tests/train/test_demo.py runs the demo itself)",
+    "make test-fast": "the core and CLI tests, which this suite runs itself",
     "make test": "the whole suite",
     "make bench": "the benchmarks, minutes each",
     ".venv/bin/python benchmarks/": "the benchmarks, minutes each",
     "scripts/gpu_check.sh": "CUDA tests, benchmarks and sweeps (DEVICE=cpu runs it on the CPU; minutes)",
     "scripts/real_gpu_stage.sh": "fetches a wheel from the package index and writes ~100 MB of model parts",
-    "scripts/real_gpu_grid.sh": "the real model's grid on a GPU (tests/test_real_gpu_scripts.py checks its plan)",
+    "scripts/real_gpu_grid.sh": "the real model's grid on a GPU (tests/tools/test_real_gpu_scripts.py checks its plan)",
     "examples/verl/prepare_data.sh": "verl data preparation (needs the datasets and verl)",
     "examples/verl/run_paper.sh": "a verl launch on a GPU cluster",
 }
@@ -51,9 +53,12 @@ SMOKE = {
 }
 
 
-def readme_commands() -> list[str]:
-    """The commands of README.md's ```bash blocks: comments stripped, backslash continuations joined."""
-    text = (ROOT / "README.md").read_text()
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def readme_commands(documents=DOCUMENTS) -> list[str]:
+    """The commands of the documents' ```bash blocks, in order: comments stripped, backslash continuations joined."""
+    text = "\n".join(doc.read_text() for doc in documents)
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
@@ -74,6 +79,11 @@ def _respo_argv(line: str) -> list[str] | None:
     return None
 
 
+def test_readme_starts_with_the_two_commands_that_set_everything_up():
+    # on a fresh machine `make demo` builds both environments and runs the demo, `make test` the suite
+    assert readme_commands([ROOT / "README.md"])[:2] == ["make demo", "make test"]
+
+
 def test_readme_has_the_commands_this_test_knows():
     cmds = readme_commands()
     run = [c for c in cmds if _respo_argv(c) is not None]
@@ -87,7 +97,7 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     shutil.copytree(ROOT / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
     converted = ROOT / ".cache" / "respo" / "packaged"
-    if converted.is_dir():  # the packaged model tests/test_packaged.py converted: not converted a second time
+    if converted.is_dir():  # the packaged model tests/runtime/test_packaged.py converted: not converted a second time
         (tmp_path / ".cache" / "respo").mkdir(parents=True)
         (tmp_path / ".cache" / "respo" / "packaged").symlink_to(converted)
     monkeypatch.chdir(tmp_path)
@@ -112,4 +122,4 @@ def test_readme_train_commands_validate_without_the_smoke_flags(line):
     from respo.train.config import load_config
 
     args = build_parser().parse_args(_respo_argv(line))
-    load_config(ROOT / args.config, _overrides(args))
+    load_config(ROOT / args.config if args.config else None, _overrides(args))

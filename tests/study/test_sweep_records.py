@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The quick preset cut to one objective and no held-out evaluation.
 QUICK = ["--preset", "quick", "--objectives", "grpo", "--no-prewarm", "--set", "eval_prompts=0"]
 

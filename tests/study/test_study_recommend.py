@@ -319,7 +319,7 @@ def test_the_committed_runs_csv_files_recommend_without_a_false_duplicate(capsys
     # the 128-token 8-step runs continue the 2-step runs (names *_u256, 256 updates): two cells, no duplicate
     from pathlib import Path
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     files = ["32=reports/staleness/runs.csv", "128=reports/long/headline-128/runs.csv",
              "128=reports/long/main-128/runs.csv", "256=reports/long/calib-256/runs.csv"]
     code, out, err = _main(["recommend", *[f.replace("=", f"={root}/") for f in files]], capsys)
@@ -366,7 +366,7 @@ def test_the_late_mean_p_is_shown_under_late_mean_not_the_smaller_of_two(capsys)
     # the pass@1 p; the late-mean p is 0.008 (Welch over the committed per-seed values)
     from pathlib import Path
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     code, out, err = _main(["recommend", f"128={root}/reports/long/main-128/runs.csv"], capsys)
     row = next(line for line in out.splitlines() if line.startswith("| 128 | 32 | 8 | respo (0.0001, edge) |"))
     cols = [c.strip() for c in row.strip("|").split("|")]
@@ -431,7 +431,7 @@ def test_a_length_label_the_runs_contradict_is_refused(tmp_path, capsys):
 
     from pathlib import Path
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     main128 = f"{root}/reports/long/main-128/runs.csv"  # recorded lengths 127.7 .. 127.9
     assert main(["recommend", f"32={main128}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -452,7 +452,7 @@ def test_a_finished_row_whose_log_lost_updates_is_refused(tmp_path, capsys):
 
     from pathlib import Path
 
-    with (Path(__file__).parents[1] / "reports/long/main-128/runs.csv").open(newline="", encoding="utf-8") as f:
+    with (Path(__file__).parents[2] / "reports/long/main-128/runs.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     rows[3]["updates_logged"] = "100"  # finished at 256 updates with 100 records: windows on a damaged log
     path = tmp_path / "runs.csv"
@@ -504,7 +504,7 @@ def test_a_cell_pooled_from_files_that_record_no_start_is_labelled(tmp_path, cap
 
     from respo.cli import main
 
-    root = Path(__file__).parents[1] / "reports" / "long"
+    root = Path(__file__).parents[2] / "reports" / "long"
     assert main(["recommend", f"128={root}/main-128/runs.csv", f"128={root}/main-128-corrections/runs.csv"]) == 0
     out = capsys.readouterr().out
     assert (f"- 128 tokens, N = 32, 8 rollout steps: pooled from several runs.csv files, and {root}/main-128/runs.csv "

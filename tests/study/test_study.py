@@ -21,7 +21,7 @@ from respo.study.report import build_report
 from respo.study.grid import plan
 from respo.study.names import ABLATION_KERNELS, objective_label, run_name
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------

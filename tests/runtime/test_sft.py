@@ -267,7 +267,7 @@ def test_record_into_a_missing_directory_is_a_one_line_error_before_any_training
 
     p = subprocess.run([sys.executable, "-m", "respo", "sft", "--cache-dir", str(tmp_path),
                         "--record", str(tmp_path / "nowhere" / "ws.json")],
-                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "nowhere" in p.stderr and "does not exist" in p.stderr
     assert list(tmp_path.iterdir()) == []  # nothing built

@@ -28,7 +28,7 @@ from verl.utils.config import omega_conf_to_dataclass, validate_config  # noqa: 
 
 from respo.integrations.verl.main_ppo import ENV_VAR, MODULE, install_worker_registration  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "examples" / "verl" / "run_paper.sh"
 PREP = ROOT / "examples" / "verl" / "prepare_data.sh"
 BASE_OVERRIDES = [

@@ -12,7 +12,7 @@ What is checked against what:
   opsm                      TRL ``GRPOTrainer.get_off_policy_mask``; the loss against verl's PPO clip × mask
   chi2                      verl ``compute_offpolicy_metrics`` (``chi2_token``, ``chi2_seq``)
 No installed implementation exists for m2po (neither verl 0.9.1 nor TRL 1.16 has it; AReaL is not a
-dependency): its tests are hand-worked only (tests/test_corrections.py). TRL's ``*_truncate``/``*_mask``
+dependency): its tests are hand-worked only (tests/core/test_corrections.py). TRL's ``*_truncate``/``*_mask``
 weights are computed inline in its generation step, not by a function that can be called on tensors.
 """
 

@@ -83,10 +83,10 @@ def test_negative_numbers_are_values_not_flags(tmp_path, capsys):
 def test_changing_the_objective_drops_the_files_hyperparameters():
     from respo.train.config import load_config
 
-    cfg = load_config(Path(__file__).parents[1] / "configs" / "tiny-dense.toml", {"reuse": 8, "objective": "grpo"})
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "tiny-dense.toml", {"reuse": 8, "objective": "grpo"})
     assert cfg.objective == "grpo" and cfg.objective_kwargs == {}
     # explicit hyperparameters for the new objective are kept
-    cfg = load_config(Path(__file__).parents[1] / "configs" / "tiny-dense.toml",
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "tiny-dense.toml",
                       {"objective": "grpo", "objective_kwargs": '{"clip_ratio_low": 0.1}'})
     assert cfg.objective_kwargs == {"clip_ratio_low": 0.1}
 
