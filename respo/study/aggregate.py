@@ -93,7 +93,8 @@ def load_runs(dirs: Iterable[str | Path]) -> list[Run]:
                       "routing_replay": bool(cfg.get("routing_replay")), "updates": cfg.get("updates"),
                       "task": cfg.get("task"), "task_kwargs": json.dumps(cfg.get("task_kwargs", {}), sort_keys=True),
                       "prompts": cfg.get("prompts"), "loss_agg_mode": cfg.get("loss_agg_mode") or "",
-                      "kernels": kernels_label(cfg), "start": start_label(cfg)}
+                      "kernels": kernels_label(cfg), "start": start_label(cfg),
+                      "engine": cfg.get("rollout_engine") or "respo"}  # runs before engines existed sampled with respo's
             runs.append(Run(rd, cfg, [r for r in recs if "event" not in r], [r for r in recs if r.get("event") == "eval"],
                             summ, label, coords))
     return runs

@@ -235,6 +235,7 @@ def load_rows(path: str | Path, *, length: int, model: str | None = None, group_
                              "late_mean": _number(r, "late_mean", where), "pass@1": _number(r, "pass@1", where),
                              "reuse": _number(r, "reuse", where, int), "length": length, "start": start,
                              "weights": (r.get("start") or "").strip(),
+                             "engine": (r.get("engine") or "").strip() or "respo",  # before the column: respo's
                              "updates": _number(r, "updates", where, int), "run": r.get("run") or "",
                              "where": where})
                 if (r.get("response_length") or "").strip():  # recorded since runs.csv has the column
@@ -261,7 +262,15 @@ def _where_cell(r: dict) -> str:
 
 def _check_starts(rows: Sequence[dict]) -> None:
     """Refuse to pool two starting policies in one cell: rows whose recorded weights (``start`` column)
-    differ, unless their files carry different START labels (which makes them different cells)."""
+    differ, unless their files carry different START labels (which makes them different cells); and rows
+    of two rollout engines (``engine`` column) likewise."""
+    engines: dict[tuple, dict] = {}
+    for r in rows:  # two rollout engines: different sampling and evaluation distributions, never one cell
+        e = engines.setdefault(_cell_key(r), r)
+        if e.get("engine", "respo") != r.get("engine", "respo"):
+            raise RecommendError(f"two rollout engines in one cell ({_where_cell(r)}): {e.get('engine', 'respo')} in "
+                                 f"{e.get('where', 'a row')} and {r.get('engine', 'respo')} in {r.get('where', 'another row')}; "
+                                 "give each file its own label (LENGTH:START=RUNS_CSV) so they are compared separately")
     first: dict[tuple, dict] = {}
     for r in rows:
         if not r.get("weights"):

@@ -7,7 +7,8 @@ from a run directory (`run_row`) or read back from a ``runs.csv`` that `respo re
 column that an older ``runs.csv`` does not have is printed as ``—`` and named under the table. A
 finished run given twice (the same coordinates and seed in two files or directories, or one file
 passed twice) is refused in one line naming both places: it would count as two seeds. The tables
-that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``), and are
+that pool runs over seeds (all but ``calib``) refuse runs of two starting policies (``start``) or two rollout
+engines (``engine``), and are
 labelled under the table when pooled from several inputs whose runs do not all record one.
 
 Per run, over the updates with staleness > 0 (``stale_mean:*``; the first mini-batch of a rollout
@@ -31,6 +32,8 @@ step has log W = 0 exactly), and over all updates otherwise:
                                sampling noise on the same prompts; NaN when not evaluated)
     start                      the starting policy: 12 hex digits of its weights' sha256 for a loaded policy
                                (warm start, model directory), empty for a preset from scratch or an older run
+    engine                     the rollout engine that sampled the run (``rollout_engine``; a runs.csv written
+                               before the column held only runs of respo's own sampler)
 
 ``calib``: one row per run (a calibration sweep), with the greedy accuracy where the runs.csv has that column;
 ``--cost`` appends seconds per update and training seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
@@ -96,10 +99,10 @@ COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "ro
            "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
            "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
            "pooled_neg_low_w", "step_scores", "seconds_per_update", "train_seconds_per_update",
-           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start")
+           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start", "engine")
 #: Columns holding a JSON list of numbers (null for an empty entry).
 _LIST = {"step_scores", *(f"staleness:{k}" for k in STALENESS_METRICS)}
-_TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode", "start"}
+_TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode", "start", "engine"}
 _INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
 _BOOL = {"routing_replay", "finished"}
 BASELINES = ("grpo", "vespo")
@@ -162,6 +165,7 @@ def run_row(run: Run) -> dict:
     row.update({f"staleness:{k}": [_g6(x) for x in _by_staleness(run, k)] for k in STALENESS_METRICS})
     row["greedy_acc"] = greedy_acc(run)
     row["start"] = c["start"]
+    row["engine"] = c["engine"]
     return row
 
 
@@ -260,9 +264,22 @@ def _start_note(args: argparse.Namespace) -> list[str]:
             "that differ."]
 
 
+def _engine(row: dict) -> str:
+    return row.get("engine") or "respo"  # a row recorded before the column: respo's sampler, the only engine then
+
+
 def _check_one_start(rows: Sequence[dict]) -> None:
-    """Refuse rows of two starting policies (different recorded weights, the ``start`` column) in a table
-    that pools runs over seeds; rows recorded before the column (empty ``start``) cannot be told apart."""
+    """Refuse rows of two starting policies (different recorded weights, the ``start`` column) or of two
+    rollout engines (``engine``: their samples and evaluations come from different distributions) in a
+    table that pools runs over seeds; rows recorded before the start column (empty ``start``) cannot be
+    told apart."""
+    finished = [r for r in rows if r["finished"]]
+    engines = sorted({_engine(r) for r in finished})
+    if len(engines) > 1:
+        a = next(r for r in finished if _engine(r) == engines[0])
+        b = next(r for r in finished if _engine(r) == engines[1])
+        raise TableError(f"two rollout engines in one table: {a['run']} sampled with {engines[0]} and {b['run']} "
+                         f"with {engines[1]}; make one table per engine")
     first: dict | None = None
     for r in rows:
         if r["finished"] and r["start"]:

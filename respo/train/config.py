@@ -100,7 +100,7 @@ class TrainConfig:
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold of rollouts (1 = off)"})
 
     # --- rollout engine and the training-inference mismatch ---
-    rollout_engine: str = field(default="respo", metadata={"help": "what samples rollouts: respo (the embedded sampler on the trainer's model; log-probs equal the trainer's) | vllm (vLLM in its own process, weights synced before every rollout step)", "protocol": True})
+    rollout_engine: str = field(default="respo", metadata={"help": "what samples rollouts: respo (the embedded sampler on the trainer's model; log-probs equal the trainer's) | vllm (vLLM in its own process, weights synced before every rollout step)", "protocol": True, "seed_key": "engine"})
     engine_dtype: str = field(default="auto", metadata={"help": "vllm engine: auto (bfloat16 where this CPU runs it measurably faster than float32) | bfloat16 | float32", "protocol": True})
     engine_threads: int = field(default=1, metadata={"help": "vllm engine: CPU threads of the engine process (bound to the last cores this process may use)", "protocol": True})
     rollout_correction: str = field(default="off", metadata={"help": "correct the engine-trainer mismatch: off | token-tis | seq-tis (weights min(rho, C)) | token-mis | seq-mis (rho, 0 above C); rho = pi_trainer/pi_engine"})

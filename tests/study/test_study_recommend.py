@@ -120,8 +120,8 @@ def test_load_rows_reads_a_runs_csv_and_refuses_missing_columns(tmp_path):
         w.writerow(["d", "tiny-dense", "grpo", "32", "8", "3e-05", "2", "True", "256", "True", "0.25", "0.5"])
     rows = load_rows(path, length=128, model="tiny-dense", group_size=8)
     assert rows == [{"objective": "grpo", "lr": 3e-5, "seed": 0, "late_mean": 0.5, "pass@1": 0.625, "reuse": 32,
-                     "length": 128, "start": "", "weights": "", "run": "a", "updates": 256,
-                     "where": f"{path} line 2"}]
+                     "length": 128, "start": "", "weights": "", "engine": "respo", "run": "a", "updates": 256,
+                     "where": f"{path} line 2"}]  # a runs.csv without the engine column: respo's sampler
     # the MoE row, the unfinished row and the routing-replay row are not read; asked for, only the last is
     replay = load_rows(path, length=128, model="tiny-dense", group_size=8, routing_replay=True)
     assert [(r["run"], r["seed"], r["late_mean"]) for r in replay] == [("d", 2, 0.25)]
@@ -416,6 +416,27 @@ def test_two_starting_policies_in_one_cell_are_refused_until_labelled_apart(tmp_
     assert code == 0 and "| 128 | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 |" in out
     (cell,) = recommend(load_rows(a, length=128) + load_rows(d, length=128))
     assert len(cell.best.late) == 6  # six seeds of vespo at 3e-5
+
+
+def _with_engine(path, engine):
+    """Append an ``engine`` column (the rollout engine, as respo report writes it)."""
+    rows = list(csv.reader(path.open(newline="")))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(rows[0] + ["engine"])
+        w.writerows(r + [engine] for r in rows[1:])
+    return path
+
+
+def test_two_rollout_engines_in_one_cell_are_refused_until_labelled_apart(tmp_path, capsys):
+    # the same cell sampled by respo's sampler (a file from before the engine column) and by vLLM, other seeds
+    a = _write_runs(tmp_path / "a.csv", _cell())
+    v = _with_engine(_write_runs(tmp_path / "v.csv", [{**r, "seed": r["seed"] + 10} for r in _cell()]), "vllm")
+    code, out, err = _main(["recommend", f"128={a}", f"128={v}"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "two rollout engines in one cell (128 tokens, N = 32, 256 updates): respo in" in err and "vllm in" in err
+    code, out, err = _main(["recommend", f"128:respo={a}", f"128:vllm={v}"], capsys)  # two cells, each on its own
+    assert code == 0 and "| 128 (vllm) | 32 | 8 | vespo (3e-05, edge): 0.600 / 0.600 |" in out
 
 
 def test_a_label_does_not_hide_a_duplicate_within_it(tmp_path, capsys):

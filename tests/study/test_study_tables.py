@@ -521,6 +521,39 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
     assert "--paired applies to the headline and factorial tables" in capsys.readouterr().err
 
 
+def test_tables_that_pool_seeds_refuse_two_rollout_engines(tmp_path, capsys):
+    # grpo seeds 0 and 1 sampled by respo's sampler (seed 1's config from before the engine setting), seed 2 by
+    # vLLM: their rollouts and evaluations come from different distributions, so no table pools them
+    from respo.study.tables import add_arguments, run as table_run
+    for seed, engine in ((0, "respo"), (1, None), (2, "vllm")):
+        d = _run(tmp_path / "runs", "grpo", 4, seed, [0.5] * 8)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg.pop("rollout_engine", None)
+        if engine:
+            cfg["rollout_engine"] = engine
+        (d / "config.json").write_text(json.dumps(cfg))
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    rows = list(csv.DictReader((tmp_path / "runs.csv").open()))
+    assert [r["engine"] for r in rows] == ["respo", "respo", "vllm"]  # a config without the setting: respo's
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    with pytest.raises(TableError, match=r"two rollout engines in one table: grpo_N4_s0 sampled with respo and "
+                                         r"grpo_N4_s2 with vllm"):
+        table_run(p.parse_args(["headline", str(tmp_path / "runs.csv")]))
+    assert table_run(p.parse_args(["calib", str(tmp_path / "runs.csv")])) == 0  # one row per run: nothing pooled
+    # a runs.csv written before the column holds respo-sampled runs: pooled with respo's, not with vLLM's
+    with (tmp_path / "runs.csv").open() as f, (tmp_path / "old.csv").open("w", newline="") as g:
+        w = csv.writer(g)
+        for r in csv.reader(f):
+            if "grpo_N4_s2" not in r:
+                w.writerow(r[:-1])
+    capsys.readouterr()
+    assert table_run(p.parse_args(["headline", str(tmp_path / "old.csv")])) == 0
+    assert "| 3e-05 | 4 | grpo | 0.500 ± 0.000 (2) |" in capsys.readouterr().out
+
+
 def test_a_table_pooled_from_inputs_that_record_no_start_is_labelled(capsys):
     from respo.cli import main
 

@@ -31,8 +31,8 @@ def test_protocol_fields_are_the_hand_written_set():
 
 def test_seed_key_is_the_hand_written_set_of_runs_csv_columns():
     assert set(tables._SEED_KEY) == {"model", "task", "task_kwargs", "objective", "loss_agg_mode", "reuse",
-                                     "group_size", "B", "lr", "seed", "routing_replay", "updates"}
-    assert len(tables._SEED_KEY) == 12  # objective and objective_kwargs share the objective column
+                                     "group_size", "B", "lr", "seed", "routing_replay", "updates", "engine"}
+    assert len(tables._SEED_KEY) == 13  # objective and objective_kwargs share the objective column
     assert rule("seed_key")["prompts"] == "B" and rule("seed_key")["objective_kwargs"] == "objective"
     assert set(tables._SEED_KEY) <= set(tables.COLUMNS)  # every key is a column runs.csv records
 
