@@ -1,4 +1,4 @@
-"""The real-model learning-rate bracket's verdict (reports/real/branches/DESIGN.md, part 1).
+"""The real-model learning-rate bracket's verdict (reports/real/branches/preregistration.md, part 1).
 
 Each N = 1 run's held-out pass@1 (mean@k per prompt) after training is compared with the starting policy's,
 measured once by the sweep on the same prompts with the same evaluation draws, prompt by prompt: the paired

@@ -383,14 +383,19 @@ def test_a_utf8_byte_order_mark_is_not_a_missing_column(tmp_path):
 
 # --- starting policies: a cell never pools two -------------------------------------------------------------------------
 
-def _with_start(path, weights):
-    """Append a ``start`` column (the starting policy's weights digest, as respo report writes it)."""
+def _with_column(path, name, value):
+    """Append a column ``name`` holding ``value`` on every row, as respo report writes it."""
     rows = list(csv.reader(path.open(newline="")))
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(rows[0] + ["start"])
-        w.writerows(r + [weights] for r in rows[1:])
+        w.writerow(rows[0] + [name])
+        w.writerows(r + [value] for r in rows[1:])
     return path
+
+
+def _with_start(path, weights):
+    """Append a ``start`` column (the starting policy's weights digest)."""
+    return _with_column(path, "start", weights)
 
 
 def test_two_starting_policies_in_one_cell_are_refused_until_labelled_apart(tmp_path, capsys):
@@ -418,20 +423,10 @@ def test_two_starting_policies_in_one_cell_are_refused_until_labelled_apart(tmp_
     assert len(cell.best.late) == 6  # six seeds of vespo at 3e-5
 
 
-def _with_engine(path, engine):
-    """Append an ``engine`` column (the rollout engine, as respo report writes it)."""
-    rows = list(csv.reader(path.open(newline="")))
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(rows[0] + ["engine"])
-        w.writerows(r + [engine] for r in rows[1:])
-    return path
-
-
 def test_two_rollout_engines_in_one_cell_are_refused_until_labelled_apart(tmp_path, capsys):
     # the same cell sampled by respo's sampler (a file from before the engine column) and by vLLM, other seeds
     a = _write_runs(tmp_path / "a.csv", _cell())
-    v = _with_engine(_write_runs(tmp_path / "v.csv", [{**r, "seed": r["seed"] + 10} for r in _cell()]), "vllm")
+    v = _with_column(_write_runs(tmp_path / "v.csv", [{**r, "seed": r["seed"] + 10} for r in _cell()]), "engine", "vllm")
     code, out, err = _main(["recommend", f"128={a}", f"128={v}"], capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "two rollout engines in one cell (128 tokens, N = 32, 256 updates): respo in" in err and "vllm in" in err
