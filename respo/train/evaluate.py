@@ -79,11 +79,12 @@ def evaluate_policy(model, tokenizer, task, examples, *, k: int, max_new_tokens:
         arg-max token, i.e. greedy decoding).
     """
     def draw(prompts: list, top_p: float):
+        t = temperature if top_p == 1.0 else 1.0  # greedy: the nucleus keeps the arg-max at temperature 1
         if engine is not None:
-            return engine.sample(prompts, max_new_tokens=max_new_tokens, temperature=temperature if top_p == 1.0
-                                 else 1.0, top_p=top_p, generator=generator, version=0)
-        return sample(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                      temperature=temperature if top_p == 1.0 else 1.0, top_p=top_p, generator=generator)
+            return engine.sample(prompts, max_new_tokens=max_new_tokens, temperature=t, top_p=top_p,
+                                 generator=generator, version=0)
+        return sample(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=t, top_p=top_p,
+                      generator=generator)
 
     was_training = model.training
     model.eval()
