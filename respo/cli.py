@@ -137,6 +137,21 @@ def _eval_source(args: argparse.Namespace) -> tuple:
     return src, task_spec, task_kwargs, max_new
 
 
+def _eval_protocol(args: argparse.Namespace) -> dict:
+    """How ``respo eval`` samples: the engine, its dtype and threads and the prompt format, from the flags,
+    else what the run directory's config.json recorded (so a run is re-scored the way it scored itself),
+    else the defaults (respo's sampler, prompts rendered as ``auto``)."""
+    from respo.train.config import TrainConfig
+
+    run_cfg = {}
+    config_json = Path(args.model) / "config.json"
+    if config_json.is_file() and (Path(args.model) / "final").is_dir():
+        run_cfg = json.loads(config_json.read_text())
+    defaults = TrainConfig()
+    return {name: getattr(args, name) if getattr(args, name) is not None else run_cfg.get(name, getattr(defaults, name))
+            for name in ("rollout_engine", "engine_dtype", "engine_threads", "prompt_format")}
+
+
 def _eval_flag_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with ``respo eval``'s numeric flags (the first problem), None when nothing is."""
     import math
@@ -146,7 +161,9 @@ def _eval_flag_problem(args: argparse.Namespace) -> str | None:
                "a finite number > 0"),
               ("--max-new-tokens", args.max_new_tokens, args.max_new_tokens is None or args.max_new_tokens >= 1,
                ">= 1 (or left out: the run's)"),
-              ("--threads", args.threads, args.threads >= 0, ">= 0 (0 keeps torch's default)"))
+              ("--threads", args.threads, args.threads >= 0, ">= 0 (0 keeps torch's default)"),
+              ("--engine-threads", args.engine_threads, args.engine_threads is None or args.engine_threads >= 1,
+               ">= 1 (or left out: the run's)"))
     return next((f"{flag} must be {bound}, got {value}" for flag, value, ok, bound in checks if not ok), None)
 
 
@@ -159,6 +176,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from respo.train.evaluate import evaluate_policy
     from respo.train.evaluate import EVAL_SEED
     from respo.train.policy import load_run_policy
+    from respo.runtime.chat import render_for
+    from respo.runtime.engines import make_engine
 
     problem = device_problem(args.device) or (None if args.dtype in DTYPES else
                                               f"dtype {args.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
@@ -166,19 +185,54 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if problem:
         raise ConfigError(problem)
     src, task_spec, task_kwargs, max_new = _eval_source(args)
+    protocol = _eval_protocol(args)
+    problem = _eval_protocol_problem(protocol)
+    if problem:
+        raise ConfigError(problem)
     cfg = apply_overrides(TrainConfig(), {"model": str(src), "task": task_spec or "addition",
                                           "task_kwargs": task_kwargs, "warm_start": False, "device": args.device})
     if args.threads:
         torch.set_num_threads(args.threads)
     task = load_task(cfg.task, cfg.task_kwargs)
     policy = load_run_policy(cfg)
-    examples = task.examples("test", args.prompts, EVAL_SEED)
+    # the prompts as a run with this model sees them (its chat template under "auto"), as its evaluations did
+    task, examples = render_for(policy.tokenizer, protocol["prompt_format"], task,
+                                task.examples("test", args.prompts, EVAL_SEED))
     generator = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(args.seed)
-    with mixed_precision(policy.model, args.dtype):
-        out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k, max_new_tokens=24 if max_new is None else max_new,
-                              temperature=args.temperature, generator=generator, greedy=not args.no_greedy)
-    print(json.dumps({"model": str(src), "task": cfg.task, **_scalars(out)}, indent=1))
+    engine = None
+    if protocol["rollout_engine"] != "respo":
+        engine = make_engine(protocol["rollout_engine"], policy.model, policy.tokenizer, dtype=args.dtype,
+                             engine_dtype=protocol["engine_dtype"], threads=protocol["engine_threads"], verbose=False)
+    try:
+        if engine is not None:
+            engine.sync_weights(policy.model)
+        with mixed_precision(policy.model, args.dtype):
+            out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k,
+                                  max_new_tokens=24 if max_new is None else max_new, temperature=args.temperature,
+                                  generator=generator, greedy=not args.no_greedy, engine=engine)
+    finally:
+        if engine is not None:
+            engine.close()
+    sampler = {"engine": protocol["rollout_engine"], "prompt_format": protocol["prompt_format"]}
+    if engine is not None:
+        sampler.update(engine_dtype=engine.info.get("dtype", protocol["engine_dtype"]),
+                       engine_threads=protocol["engine_threads"])
+    print(json.dumps({"model": str(src), "task": cfg.task, **sampler, **_scalars(out)}, indent=1))
     return 0
+
+
+def _eval_protocol_problem(protocol: dict) -> str | None:
+    """What is wrong with the sampling settings ``respo eval`` resolved (the first problem), None when nothing is."""
+    from respo.runtime.engines import ENGINES
+    from respo.train.config import ENGINE_DTYPES
+
+    if protocol["rollout_engine"] not in ENGINES:
+        return f"--rollout-engine {protocol['rollout_engine']!r} is unknown; choose one of {', '.join(ENGINES)}"
+    if protocol["engine_dtype"] not in ENGINE_DTYPES:
+        return f"--engine-dtype {protocol['engine_dtype']!r} is unknown; choose one of {', '.join(ENGINE_DTYPES)}"
+    if protocol["prompt_format"] not in ("auto", "chat", "raw"):
+        return f"--prompt-format {protocol['prompt_format']!r} is unknown; choose auto, chat or raw"
+    return None
 
 
 def _add_sft_flags(p: argparse.ArgumentParser) -> None:
@@ -357,6 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy-decoding accuracy")
     p.add_argument("--device", default="cpu", help="where to sample: cpu, cuda, cuda:K or auto")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (autocast, float32 logits)")
+    p.add_argument("--rollout-engine", default=None,
+                   help="what samples: respo (the embedded sampler) or vllm (default: the run's engine, else respo)")
+    p.add_argument("--engine-dtype", default=None,
+                   help="vllm engine: auto, bfloat16 or float32 (default: the run's, else auto)")
+    p.add_argument("--engine-threads", type=int, default=None,
+                   help="vllm engine: CPU threads of the engine process (default: the run's, else 1)")
+    p.add_argument("--prompt-format", default=None,
+                   help="auto (the tokenizer's chat template when it has one), chat or raw (default: the run's, else auto)")
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("sft", help="warm-start a preset or a packaged model on task demonstrations (cached)",

@@ -45,6 +45,68 @@ def test_train_toml_plus_override_then_eval(tmp_path, capsys):
     assert out["prompts"] == 4 and out["k"] == 2 and 0.0 <= out["mean@2"] <= out["pass@2"] <= 1.0
 
 
+def test_eval_of_a_run_reproduces_its_own_final_evaluation(tmp_path, capsys):
+    # `respo eval RUN` with the run's evaluation size re-scores final/ as the run scored itself: the same
+    # held-out examples (EVAL_SEED), the same draws (--seed defaults to EVAL_SEED), the same sampler
+    # (the run's recorded engine, respo here) and prompt rendering, so every figure is equal.
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "--out-dir", str(run)]) == 0
+    after = json.loads((run / "summary.json").read_text())["eval_after"]
+    capsys.readouterr()
+    assert main(["eval", str(run), "--prompts", "4", "--k", "2", "--threads", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["engine"] == "respo" and out["prompt_format"] == "auto"
+    for name in ("mean@2", "pass@1", "pass@2", "greedy_acc", "response_length"):
+        assert out[name] == after[name], name
+
+
+def test_eval_renders_prompts_through_the_chat_template_as_runs_do(tmp_path, capsys, monkeypatch):
+    # A model whose tokenizer has a chat template is trained and evaluated on rendered prompts (prompt_format
+    # "auto"); `respo eval` must sample the same rendered prompts, or it scores a different protocol.
+    import respo.train.evaluate as evaluate
+    from respo.runtime.models import build_policy
+    from respo.runtime.tokenizer import TEXT_ALPHABET, build_char_tokenizer
+
+    tok = build_char_tokenizer(TEXT_ALPHABET + "<>|")
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+    model_dir = tmp_path / "chat-model"
+    build_policy("tiny-dense", tok, num_hidden_layers=1, hidden_size=32, head_dim=8,
+                 intermediate_size=64).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    seen = []
+    real_sample = evaluate.sample
+    monkeypatch.setattr(evaluate, "sample", lambda m, t, prompts, **kw: seen.append(prompts) or real_sample(m, t, prompts, **kw))
+    args = ["eval", str(model_dir), "--task", "addition", "--prompts", "2", "--k", "1", "--max-new-tokens", "4",
+            "--threads", "1", "--no-greedy"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["prompt_format"] == "auto"
+    assert all(p.startswith("<|user|>\n") and p.endswith("<|assistant|>\n") for p in seen[0])
+    seen.clear()
+    assert main([*args, "--prompt-format", "raw"]) == 0
+    assert not any("<|user|>" in p for p in seen[0])
+
+
+def test_eval_takes_the_runs_sampling_settings_unless_a_flag_names_others(tmp_path):
+    from respo.cli import _eval_protocol
+
+    parse = build_parser().parse_args
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"rollout_engine": "vllm", "engine_dtype": "float32",
+                                                 "engine_threads": 2, "prompt_format": "raw"}))
+    assert _eval_protocol(parse(["eval", str(run)])) == {
+        "rollout_engine": "vllm", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "raw"}
+    assert _eval_protocol(parse(["eval", str(run), "--rollout-engine", "respo", "--prompt-format", "chat"])) == {
+        "rollout_engine": "respo", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "chat"}
+    # a model directory records no run settings: the training defaults
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    assert _eval_protocol(parse(["eval", str(model_dir)])) == {
+        "rollout_engine": "respo", "engine_dtype": "auto", "engine_threads": 1, "prompt_format": "auto"}
+
+
 def test_eval_uses_the_recorded_task_settings(tmp_path, capsys):
     # A warm-start directory records its task settings; `respo eval` must use them (5-digit addition
     # here), not silently fall back to the task's defaults (3 digits). --task-kwargs overrides them.

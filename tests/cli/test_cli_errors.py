@@ -159,6 +159,10 @@ def model_dir(tmp_path_factory):
     (["--temperature", "nan"], "--temperature must be a finite number > 0, got nan"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1 (or left out: the run's), got 0"),  # was read as unset
     (["--threads", "-2"], "--threads must be >= 0 (0 keeps torch's default), got -2"),
+    (["--engine-threads", "0"], "--engine-threads must be >= 1 (or left out: the run's), got 0"),
+    (["--rollout-engine", "sglang"], "--rollout-engine 'sglang' is unknown; choose one of respo, vllm"),
+    (["--engine-dtype", "fp8"], "--engine-dtype 'fp8' is unknown; choose one of auto, bfloat16, float32"),
+    (["--prompt-format", "jinja"], "--prompt-format 'jinja' is unknown; choose auto, chat or raw"),
 ])
 def test_eval_refuses_bad_flags_in_one_line(model_dir, capsys, flags, message):
     before = sorted(p.name for p in model_dir.iterdir())

@@ -223,3 +223,24 @@ def test_async_runs_on_the_engine_with_a_rollout_correction(tmp_path):
     # evaluations before, during (the worker paused while the engine holds the learner's weights) and after
     evals = [json.loads(line) for line in open(tmp_path / "a" / "metrics.jsonl") if '"event": "eval"' in line]
     assert [e["update"] for e in evals] == [0, 2, 4] and all(e["eval/prompts"] == 3 for e in evals)
+
+
+@pytest.mark.slow
+def test_respo_eval_of_a_vllm_run_samples_through_its_engine_and_reproduces_its_evaluation(tmp_path, capsys):
+    # The run recorded rollout_engine = vllm (float32); `respo eval RUN` at the run's evaluation size starts the
+    # same engine on final/'s weights and draws the same per-call seeds from EVAL_SEED, so it re-scores the
+    # policy exactly as the run's final evaluation did. --rollout-engine respo samples with respo's sampler.
+    from respo.cli import main
+
+    run = tmp_path / "run"
+    cmd, env = _train(run, "--updates", "2", "--eval-prompts", "3", "--eval-k", "2")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    after = json.loads((run / "summary.json").read_text())["eval_after"]
+    assert main(["eval", str(run), "--prompts", "3", "--k", "2", "--threads", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["engine"] == "vllm" and out["engine_dtype"] == "float32"
+    assert [out[n] for n in ("mean@2", "pass@2", "greedy_acc", "response_length")] == \
+        [after[n] for n in ("mean@2", "pass@2", "greedy_acc", "response_length")]
+    assert main(["eval", str(run), "--prompts", "3", "--k", "2", "--threads", "1", "--rollout-engine", "respo"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"] == "respo"
