@@ -25,6 +25,11 @@ Three comparisons, each printed as one JSON line with both sides' medians and th
   log-ratio between bfloat16 and float32 recomputes of the same rollout by the same weights, and the
   error bfloat16 puts into log W itself (the learner's log-probs over the behaviour's, each in bfloat16,
   against the same in float32) after the benchmark's updates, next to that log W's own spread.
+- ``schedules``: the sync on-policy schedule (N = 1) against the bounded asynchronous mode, both on the vLLM
+  engine, ``--updates`` updates per run at ``--prompts`` x ``--group``: the learner's wall time per update
+  (``time/update``, the first update of each run left out as the warm-up), and their ratio. Where the
+  asynchronous mode pays: the engine (its own core) samples the next batch while the learner trains.
+  Each repeat is a whole run per side, in alternating order.
 
 Every side is warmed up once at full size; then ``--repeats`` rounds alternate which side goes first;
 medians are reported.
@@ -32,6 +37,7 @@ medians are reported.
     .venv/bin/python benchmarks/bench_real.py [--threads 1] [--batch 16] [--new-tokens 64]
         [--rows 8] [--seq 192] [--repeats 3] [--cache-dir .cache/respo] [--only sample,train,logits]
         [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only engines,update
+        [--updates 3]                                                    # --only schedules
 """
 
 from __future__ import annotations
@@ -312,6 +318,47 @@ def bench_update(args) -> dict:
                                     "bf16_error_seq_max_abs": round(float((lw_seq["bfloat16"] - lw_seq["float32"]).abs().max()), 4)}}
 
 
+def bench_schedules(args) -> dict:
+    """The two schedules on the vLLM engine: sync on-policy (N = 1: sample, then train) against the bounded
+    asynchronous mode (the engine samples the next batch, and the worker scores its ``old_logp``, while the
+    learner trains), ``--updates`` updates each from the warm start; per update = the mean ``time/update``
+    (the learner's wall time, waits included) over all but the first update, which is the warm-up."""
+    import os
+    import tempfile
+    import warnings
+
+    from respo.train.config import TrainConfig
+    from respo.train.trainer import train
+
+    base = dict(model=MODEL, task="worded_addition", warm_start=True, cache_dir=args.cache_dir, objective="respo",
+                prompts=args.prompts, group_size=args.group, reuse=1, micro_batch=8, lr=1e-6, warmup=0,
+                weight_decay=0.0, max_new_tokens=args.max_new_tokens, rollout_engine="vllm", engine_dtype="auto",
+                engine_threads=args.threads, threads=args.threads, updates=args.updates, eval_prompts=0,
+                checkpoint_every=0, progress=False, tensorboard=False)
+    names, per, phases, stale = ["sync", "async"], {"sync": [], "async": []}, {"sync": {}, "async": {}}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for name in names if r % 2 == 0 else names[::-1]:
+                with warnings.catch_warnings():  # a run's per-metric notes (e.g. no positive rows): not the benchmark's
+                    warnings.simplefilter("ignore")
+                    run = train(TrainConfig(**base, mode=name, out_dir=f"{tmp}/{name}-{r}"))
+                recs = [json.loads(line) for line in open(run / "metrics.jsonl") if '"event"' not in line][1:]
+                per[name].append(statistics.fmean(rec["time/update"] for rec in recs))
+                for rec in recs:
+                    for k, v in rec.items():
+                        if k.startswith("time/") and k != "time/update" and v is not None:
+                            phases[name].setdefault(k, []).append(v)
+                if name == "async":
+                    stale += [rec["staleness_mean"] for rec in recs]
+    med = {n: statistics.median(v) for n, v in per.items()}
+    return {"bench": "schedules", "prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,
+            "updates_measured": args.updates - 1, "repeats": args.repeats, "threads": args.threads,
+            "cores": len(os.sched_getaffinity(0)), "per_update_s": {n: round(v, 1) for n, v in med.items()},
+            "sync_over_async": round(med["sync"] / med["async"], 3),
+            "phase_mean_s": {n: {k: round(statistics.fmean(v), 1) for k, v in sorted(p.items())} for n, p in phases.items()},
+            "async_staleness_mean": round(statistics.fmean(stale), 2)}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -321,18 +368,22 @@ def main(argv=None) -> None:
     ap.add_argument("--seq", type=int, default=192)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache-dir", default=".cache/respo")
-    ap.add_argument("--only", default="sample,train,logits", help="any of sample,train,logits,engines,update")
+    ap.add_argument("--only", default="sample,train,logits",
+                    help="any of sample,train,logits,engines,update,schedules")
     ap.add_argument("--prompts", type=int, default=4, help="update: prompts per update (B)")
     ap.add_argument("--group", type=int, default=8, help="update: responses per prompt (G)")
     ap.add_argument("--reuse", type=int, default=8, help="update: updates per rollout step (N)")
     ap.add_argument("--max-new-tokens", type=int, default=160, help="update: response length cap")
+    ap.add_argument("--updates", type=int, default=3, help="schedules: updates per run (the first is the warm-up)")
     args = ap.parse_args(argv)
     check_repeats(args.repeats)
+    if args.updates < 2:
+        raise SystemExit(f"--updates must be >= 2 (the first update of each run is its warm-up), got {args.updates}")
     torch.set_num_threads(args.threads)
     model, tok = load_pretrained(resolve_packaged(MODEL, args.cache_dir))
     runs = {"sample": lambda: bench_sample(model, tok, args), "train": lambda: bench_train(model, args),
             "logits": lambda: bench_logits(model, args), "engines": lambda: bench_engines(model, tok, args),
-            "update": lambda: bench_update(args)}
+            "update": lambda: bench_update(args), "schedules": lambda: bench_schedules(args)}
     unknown = [n for n in args.only.split(",") if n not in runs]
     if unknown:
         raise SystemExit(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(runs)}")

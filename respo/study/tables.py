@@ -21,8 +21,8 @@ step has log W = 0 exactly), and over all updates otherwise:
     pooled_pos_low_w, pooled_neg_low_w  fraction of all stale positives / negatives with log W < −1,
                                pooled from the log W histograms (count-weighted over stale updates)
     step_scores                JSON list: mean score of each complete rollout step (N updates; empty at N = 1)
-    seconds_per_update         Σ of every ``time/*`` of every logged update / updates logged: all phases, a rollout
-                               step's sampling and old log-probs shared out over its N updates
+    seconds_per_update         Σ of every ``time/*`` phase of every logged update / updates logged: all phases, a
+                               rollout step's sampling and old log-probs shared out over its N updates
     train_seconds_per_update   mean ``time/train`` (the training forward/backward of one update)
     staleness:<metric>         JSON list, entry s = 0 .. N−1: mean of ``<metric>`` (`STALENESS_METRICS`) over the
                                updates whose mini-batch had staleness s (``staleness_mean`` = s; an update mixing
@@ -131,10 +131,12 @@ def _by_staleness(run: Run, key: str) -> list[float]:
 
 
 def _seconds_per_update(run: Run) -> float:
-    """Σ over the logged updates of all their ``time/*`` phases / the number of updates logged."""
+    """Σ over the logged updates of all their ``time/*`` phases / the number of updates logged (``time/update``,
+    an update's whole wall time, is not a phase)."""
     if not run.records:
         return math.nan
-    total = sum(v for r in run.records for k, v in r.items() if k.startswith("time/") and v is not None)
+    total = sum(v for r in run.records for k, v in r.items()
+                if k.startswith("time/") and k != "time/update" and v is not None)
     return total / len(run.records)
 
 

@@ -234,6 +234,7 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
             while state.update < cfg.updates:
                 if stop.signum is not None:  # stop at an update boundary, with a checkpoint
                     run.stop(stop.signum)
+                t_update = time.perf_counter()
                 # -- rollout: B prompts x G responses sampled by policy version <= v, old_logp recomputed
                 mb = source.next(state.version)
                 rec = dict(mb.metrics)
@@ -253,6 +254,8 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 state.version += 0 if skipped else 1
                 state.skipped_in_a_row = state.skipped_in_a_row + 1 if skipped else 0
                 source.after_update(model, state.update, state.version)
+                # the update's wall time, waits included (in async mode the phases overlap: no sum of them is it)
+                rec["time/update"] = time.perf_counter() - t_update
                 # -- log: one metrics.jsonl record per update
                 rec = run.log.log({"update": state.update, "version": state.version,
                                    "dropped_total": state.dropped, **rec})

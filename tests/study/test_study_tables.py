@@ -340,6 +340,7 @@ def _staleness_run(root: Path) -> Path:
     recs = []
     for u, (s, t_s, t_o, t_t, kl, p10, frac, ent) in enumerate(table):
         rec = {"update": u + 1, "score": 0.5, "staleness_mean": float(s), "staleness_max": s, "time/train": t_t,
+               "time/update": 100.0,  # the whole update's wall time: not a phase, not summed
                "log_w/p10": p10, "frac_pos_low_w": frac, "entropy": ent}
         if t_s is not None:
             rec.update({"time/sample": t_s, "time/old_logp": t_o})

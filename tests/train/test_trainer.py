@@ -147,6 +147,8 @@ def test_off_policy_training_learns(tmp_path, objective):
     length = [r["response_length"] for r in recs]
     assert sum(length[:2]) / 2 > 6 and sum(length[-4:]) / 4 < 3, length
     assert [r["staleness_max"] for r in recs[:4]] == [0, 1, 0, 1]
+    # time/update is the update's whole wall time: it holds the phases the sync loop runs one after another
+    assert all(r["time/update"] >= sum(r.get(f"time/{k}", 0.0) for k in ("sample", "old_logp", "train")) for r in recs)
 
 
 def test_preset_from_scratch_gets_the_tasks_alphabet():

@@ -77,6 +77,7 @@ def test_async_training_run_end_to_end(tmp_path):
     ups = [r for r in recs if "event" not in r]
     assert [r["update"] for r in ups] == [1, 2, 3, 4, 5, 6]
     assert all(0 <= r["staleness_mean"] <= r["staleness_max"] <= 2 for r in ups)
+    assert all(r["time/update"] >= r["time/train"] > 0 for r in ups)  # the learner's wall time: its wait included
     assert ups[-1]["dropped_total"] == sum(r["dropped"] for r in ups)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["mode"] == "async" and summary["staleness_max"] <= 2
