@@ -138,7 +138,8 @@ def _eval_source(args: argparse.Namespace) -> tuple:
 
 
 def _eval_protocol(args: argparse.Namespace) -> dict:
-    """How ``respo eval`` samples: the engine, its dtype and threads and the prompt format, from the flags,
+    """How ``respo eval`` samples: the policy's compute dtype, the engine, its dtype and threads and the prompt
+    format, from the flags,
     else what the run directory's config.json recorded (so a run is re-scored the way it scored itself),
     else the defaults (respo's sampler, prompts rendered as ``auto``)."""
     from respo.train.config import TrainConfig
@@ -149,7 +150,7 @@ def _eval_protocol(args: argparse.Namespace) -> dict:
         run_cfg = json.loads(config_json.read_text())
     defaults = TrainConfig()
     return {name: getattr(args, name) if getattr(args, name) is not None else run_cfg.get(name, getattr(defaults, name))
-            for name in ("rollout_engine", "engine_dtype", "engine_threads", "prompt_format")}
+            for name in ("dtype", "rollout_engine", "engine_dtype", "engine_threads", "prompt_format")}
 
 
 def _eval_flag_problem(args: argparse.Namespace) -> str | None:
@@ -179,7 +180,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from respo.runtime.chat import render_for
     from respo.runtime.engines import make_engine
 
-    problem = device_problem(args.device) or (None if args.dtype in DTYPES else
+    problem = device_problem(args.device) or (None if args.dtype in (None, *DTYPES) else
                                               f"dtype {args.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
     problem = problem or _eval_flag_problem(args)
     if problem:
@@ -201,19 +202,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     generator = torch.Generator(device=next(policy.model.parameters()).device).manual_seed(args.seed)
     engine = None
     if protocol["rollout_engine"] != "respo":
-        engine = make_engine(protocol["rollout_engine"], policy.model, policy.tokenizer, dtype=args.dtype,
+        engine = make_engine(protocol["rollout_engine"], policy.model, policy.tokenizer, dtype=protocol["dtype"],
                              engine_dtype=protocol["engine_dtype"], threads=protocol["engine_threads"], verbose=False)
     try:
         if engine is not None:
             engine.sync_weights(policy.model)
-        with mixed_precision(policy.model, args.dtype):
+        with mixed_precision(policy.model, protocol["dtype"]):
             out = evaluate_policy(policy.model, policy.tokenizer, task, examples, k=args.k,
                                   max_new_tokens=24 if max_new is None else max_new, temperature=args.temperature,
                                   generator=generator, greedy=not args.no_greedy, engine=engine)
     finally:
         if engine is not None:
             engine.close()
-    sampler = {"engine": protocol["rollout_engine"], "prompt_format": protocol["prompt_format"]}
+    sampler = {"dtype": protocol["dtype"], "engine": protocol["rollout_engine"], "prompt_format": protocol["prompt_format"]}
     if engine is not None:
         sampler.update(engine_dtype=engine.info.get("dtype", protocol["engine_dtype"]),
                        engine_threads=protocol["engine_threads"])
@@ -410,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads; 0 keeps torch's default")
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy-decoding accuracy")
     p.add_argument("--device", default="cpu", help="where to sample: cpu, cuda, cuda:K or auto")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (autocast, float32 logits)")
+    p.add_argument("--dtype", default=None,
+                   help="float32 or bfloat16 (autocast, float32 logits) (default: the run's, else float32)")
     p.add_argument("--rollout-engine", default=None,
                    help="what samples: respo (the embedded sampler) or vllm (default: the run's engine, else respo)")
     p.add_argument("--engine-dtype", default=None,

@@ -42,6 +42,12 @@ if [ -d runs/long/h128e ]; then
   $PY -m respo report runs/long/h128e/runs/* --out $R/corr-1e-4-128 \
       --title "Staleness corrections at lr 1e-4, 128 tokens, N = 32, 256 updates: a third warm start" --shared-lr 1e-4
 fi
+if [ -d runs/long/h128t ]; then
+  # the newer trust regions and rejection rules (DPPO-TV, LUSPO, KL-k3 rejection) against VESPO and TIS at
+  # 128 tokens, N = 32, 256 updates, from a fourth 128-token warm start (not pooled with the others)
+  $PY -m respo report runs/long/h128t/runs/* --out $R/trust-128 \
+      --title "Newer trust regions and rejection rules at 128 tokens: N = 32, 256 updates (a fourth warm start)" --shared-lr 3e-5
+fi
 if [ -d runs/long/moe128 ]; then
   # the MoE cell at 128 tokens: VESPO, ReSPO and TIS with and without routing replay (tiny-moe warm start)
   $PY -m respo report runs/long/moe128/runs/* --out $R/moe-128 --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
@@ -63,6 +69,7 @@ $PY -m respo table fill $R/corr-pilot-128/README.md
 $PY -m respo table fill $R/corr-main-128/README.md
 $PY -m respo table fill $R/main-128-corrections/README.md
 $PY -m respo table fill $R/corr-1e-4-128/README.md
+$PY -m respo table fill $R/trust-128/README.md
 $PY -m respo table fill $R/moe-128/README.md
 $PY -m respo table fill $R/moe-128-main/README.md
 
@@ -75,14 +82,16 @@ $PY -m respo table fill $R/moe-128-main/README.md
   echo "Written by reports/long/make_reports.sh from the committed runs.csv files. \"128 (rebuilt)\" marks"
   echo "the staleness corrections' first cells, which start from another 128-token warm start than the other"
   echo "128-token cells; the corrections were then also run from the long report's own 128-token warm start (\"128\")."
-  echo "\"128 (third)\" is the cell at lr 1e-4 from a third warm start (the same settings built on a third machine)."
+  echo "\"128 (third)\" is the cell at lr 1e-4 from a third warm start (the same settings built on a third machine);"
+  echo "\"128 (fourth)\" is the newer trust regions' cell, from a fourth warm start with VESPO and TIS run again on it."
   echo
   echo "## Dense (tiny-dense)"
   echo
   $PY -m respo recommend 32=reports/staleness/runs.csv 128=$R/headline-128/runs.csv 128=$R/main-128/runs.csv \
       128=$R/main-128-corrections/runs.csv \
       128:rebuilt=$R/corr-pilot-128/runs.csv 128:rebuilt=$R/corr-pilot-128/seeds-3-4/runs.csv \
-      128:rebuilt=$R/corr-main-128/runs.csv 128:third=$R/corr-1e-4-128/runs.csv 256=$R/calib-256/runs.csv
+      128:rebuilt=$R/corr-main-128/runs.csv 128:third=$R/corr-1e-4-128/runs.csv 128:fourth=$R/trust-128/runs.csv \
+      256=$R/calib-256/runs.csv
   echo
   echo "## Mixture of experts (tiny-moe), without routing replay"
   echo

@@ -93,18 +93,19 @@ def test_eval_takes_the_runs_sampling_settings_unless_a_flag_names_others(tmp_pa
     parse = build_parser().parse_args
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"rollout_engine": "vllm", "engine_dtype": "float32",
+    (run / "config.json").write_text(json.dumps({"dtype": "bfloat16", "rollout_engine": "vllm", "engine_dtype": "float32",
                                                  "engine_threads": 2, "prompt_format": "raw"}))
     assert _eval_protocol(parse(["eval", str(run)])) == {
-        "rollout_engine": "vllm", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "raw"}
-    assert _eval_protocol(parse(["eval", str(run), "--rollout-engine", "respo", "--prompt-format", "chat"])) == {
-        "rollout_engine": "respo", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "chat"}
+        "dtype": "bfloat16", "rollout_engine": "vllm", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "raw"}
+    assert _eval_protocol(parse(["eval", str(run), "--rollout-engine", "respo", "--prompt-format", "chat",
+                                 "--dtype", "float32"])) == {
+        "dtype": "float32", "rollout_engine": "respo", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "chat"}
     # a model directory records no run settings: the training defaults
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
     assert _eval_protocol(parse(["eval", str(model_dir)])) == {
-        "rollout_engine": "respo", "engine_dtype": "auto", "engine_threads": 1, "prompt_format": "auto"}
+        "dtype": "float32", "rollout_engine": "respo", "engine_dtype": "auto", "engine_threads": 1, "prompt_format": "auto"}
 
 
 def test_eval_uses_the_recorded_task_settings(tmp_path, capsys):
