@@ -269,10 +269,11 @@ def test_committed_long_report_tables_are_what_respo_table_makes(tmp_path, monke
     # the corrections' pilot (headline table and recommendation over both runs.csv), its continuation to
     # 8 rollout steps, and the MoE cell (headline without and with routing replay, and replay's effect)
     # and the corrections in the main 128-token cell (its headline table and recommendation, with main-128's runs),
-    # the MoE cell over 8 rollout steps, and the corrections at lr 1e-4 from a third warm start
+    # the MoE cell over 8 rollout steps, the corrections at lr 1e-4 from a third warm start, and the newer
+    # trust regions from a fourth (paired headline, breakdown, paired recommendation)
     for name, blocks in (("corr-pilot-128/README.md", 2), ("corr-main-128/README.md", 2), ("moe-128/README.md", 3),
                          ("main-128-corrections/README.md", 2), ("moe-128-main/README.md", 3),
-                         ("corr-1e-4-128/README.md", 2)):
+                         ("corr-1e-4-128/README.md", 2), ("trust-128/README.md", 3)):
         md = tmp_path / "reports/long" / name
         assert fill(md) == blocks, name
         assert md.read_text() == (REPO / "reports/long" / name).read_text(), name
