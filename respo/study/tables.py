@@ -544,12 +544,18 @@ def breakdown_table(rows: list[dict]) -> list[str]:
 FACTORIAL_ARMS = ("respo", "respo+/vespo-", "vespo+/respo-", "vespo")
 
 
-def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh") -> list[str]:
+FACTORIAL_METRICS = {"late_mean": "late mean", "pass@1": "pass@1"}
+
+
+def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh",
+                    metrics: tuple[str, ...] = ("late_mean", "pass@1")) -> list[str]:
     """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
     the negative-branch and positive-branch main effects and their interaction
     (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1, each a one-sample t-test over the
     seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
-    interval, the p value adjusted over the table's contrasts, TOST within ±δ and a verdict on the sign."""
+    interval, the p value adjusted over the table's contrasts, TOST within ±δ and a verdict on the sign.
+    ``metrics`` (keys of `FACTORIAL_METRICS`) are the endpoints tested: a study that declared one endpoint
+    adjusts over its three contrasts only."""
     from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, tost_of, \
         verdict
 
@@ -560,7 +566,7 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     tests = []  # (lr, N, metric, contrast, seeds, PairedTest, Tost)
     for lr, n in found:
         rr = cells[(lr, n, FACTORIAL_ARMS[0])]
-        for metric, key in (("late mean", "late_mean"), ("pass@1", "pass@1")):
+        for metric, key in ((FACTORIAL_METRICS[m], m) for m in metrics):
             common = set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
             arms = [by_seed([r for r in rr if r["seed"] in common], cells[(lr, n, arm)], key)[1]
                     for arm in FACTORIAL_ARMS]
@@ -800,6 +806,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and starting policy, and where recorded the same first-step score, else refused) and use the "
                         "paired t-test over the seeds both ran instead of Welch's (the factorial kind always pairs)")
     p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
+    p.add_argument("--metrics", default=",".join(FACTORIAL_METRICS),
+                   help=f"factorial: the endpoints tested, any of {', '.join(FACTORIAL_METRICS)} (default both; the "
+                        "adjustment is over their contrasts only)")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
     p.add_argument("--objectives", default=None, help="comma-separated objectives to keep (default: all)")
@@ -833,6 +842,16 @@ def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
     return keep
 
 
+def _metrics(args: argparse.Namespace) -> tuple[str, ...]:
+    """The factorial table's endpoints named by ``--metrics`` (unknown or repeated names raise `TableError`)."""
+    names = tuple(m.strip() for m in args.metrics.split(","))
+    unknown = [m for m in names if m not in FACTORIAL_METRICS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise TableError(f"--metrics must name distinct endpoints among {', '.join(FACTORIAL_METRICS)}, "
+                         f"got {args.metrics!r}")
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the table ``args.kind`` of the runs under ``args.paths``; bad input raises `TableError`."""
     if not args.margin > 0 or math.isinf(args.margin):
@@ -841,6 +860,8 @@ def run(args: argparse.Namespace) -> int:
         raise TableError(f"--paired applies to the headline and factorial tables, not to {args.kind}")
     if args.cost and args.kind != "calib":
         raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
+    if args.metrics != ",".join(FACTORIAL_METRICS) and args.kind != "factorial":
+        raise TableError(f"--metrics chooses the factorial table's endpoints, not the {args.kind} table's")
     if args.kind == "fill":
         for f in args.paths:
             print(f"{f}: {fill(Path(f))} table block(s) regenerated")
@@ -864,7 +885,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "factorial":
-        lines = factorial_table(rows, margin=args.margin, method=args.adjust)
+        lines = factorial_table(rows, margin=args.margin, method=args.adjust, metrics=_metrics(args))
     elif args.kind == "breakdown":
         lines = breakdown_table(rows)
     elif args.kind == "calib":

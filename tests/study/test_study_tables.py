@@ -517,10 +517,21 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
     assert "| +0.043 | [+0.005, +0.081] | 4.91 (2) | 0.039 | 0.039 |" in pos and pos.endswith("| above 0 |")
     assert "| +0.120 |" in inter and "| 0.009 | 0.014 |" in inter and inter.endswith("| above 0 |")
     assert by[("pass@1", "negative branch")].split(" | ")[4:] == neg.split(" | ")[4:]
+    # one declared endpoint, Holm over its three contrasts only: .006088 · 3 = .018, .009133 · 2 = .018,
+    # .039012 · 1 = .039 (each at least the one before it)
+    one = {ln.split(" | ")[3]: ln for ln in factorial_table(rows, method="holm", metrics=("pass@1",))
+           if ln.startswith("| 3e-05 | 8 |")}
+    assert {ln.split(" | ")[2] for ln in one.values()} == {"pass@1"}
+    assert "| 0.006 | 0.018 |" in one["negative branch"] and "| 0.009 | 0.018 |" in one["interaction"]
+    assert "| 0.039 | 0.039 |" in one["positive branch"]
     with pytest.raises(TableError, match="no \\(lr, N\\) with all four arms"):
         factorial_table([r for r in rows if r["objective"] != "vespo"])
     assert main(["table", "calib", "--paired", str(REPO / "reports/long/main-128/runs.csv")]) == 2
     assert "--paired applies to the headline and factorial tables" in capsys.readouterr().err
+    assert main(["table", "headline", "--metrics", "pass@1", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "--metrics chooses the factorial table's endpoints" in capsys.readouterr().err
+    assert main(["table", "factorial", "--metrics", "pass@2", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "--metrics must name distinct endpoints among late_mean, pass@1, got 'pass@2'" in capsys.readouterr().err
 
 
 def test_tables_that_pool_seeds_refuse_two_rollout_engines(tmp_path, capsys):
