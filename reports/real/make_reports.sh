@@ -6,6 +6,7 @@
 #   bash reports/real/make_reports.sh runs/real/calib/runs/*             # report, runs.csv and tables from runs
 #   CELLS=calib-b1 bash reports/real/make_reports.sh runs/real/calib-b1/runs/*   # the B = 1 probe of N = 32
 #   CELLS=pilot-b1 bash reports/real/make_reports.sh runs/real/pilot-b1          # the pilot (its sweep directory)
+#   CELLS=branches bash reports/real/make_reports.sh runs/real/branches/runs/*   # the 2 x 2 study of the branches
 # TITLE overrides the report's first heading; CELLS names the folder under reports/real (default calib).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
@@ -19,3 +20,5 @@ fi
 
 # tables from runs.csv (the run directories are not needed): the blocks of README.md and calib/table.md
 $PY -m respo table fill $R/README.md $R/calib/table.md
+# the 2 x 2 study's page (regenerated from branches/runs.csv as its seeds finish)
+$PY -m respo table fill $R/branches/README.md
