@@ -1,6 +1,6 @@
 """Speed of a real 135 M-parameter model (SmolLM2-135M-Instruct, packaged) on this machine, side by side.
 
-Three comparisons, each printed as one JSON line with both sides' medians and their ratio:
+Comparisons, each printed as one JSON line with both sides' medians and their ratio:
 
 - ``sample``: respo's sampler (preallocated KV cache, behaviour log-probs recorded) against
   transformers' ``generate`` (its own cache, ``do_sample=True``), both float32, at ``--batch`` chat
