@@ -109,10 +109,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _eval_source(args: argparse.Namespace) -> tuple:
-    """(model dir, task spec, task kwargs, max new tokens) for ``respo eval``: explicit flags first, then
-    what a run directory's config.json or a warm start's respo_warm_start.json recorded."""
+    """(model dir, task spec, task kwargs, max new tokens, run config) for ``respo eval``: explicit flags first,
+    then what a run directory's config.json or a warm start's respo_warm_start.json recorded; the run config is
+    the run directory's config.json ({} for a model or warm-start directory)."""
     src = Path(args.model)
-    task_spec, task_kwargs, max_new = args.task, None, args.max_new_tokens
+    task_spec, task_kwargs, max_new, run_cfg = args.task, None, args.max_new_tokens, {}
     if not (src / "config.json").is_file() and not (src / "respo_warm_start.json").is_file():
         raise NotARunError(f"not a run or model directory: {src}")
     if (src / "metrics.jsonl").is_file() and not (src / "final").is_dir():
@@ -134,20 +135,16 @@ def _eval_source(args: argparse.Namespace) -> tuple:
         task_kwargs = {}
         print(f"respo eval: {src} records no task settings; using the defaults of task "
               f"{task_spec or 'addition'!r} (pass --task/--task-kwargs to choose)", file=sys.stderr)
-    return src, task_spec, task_kwargs, max_new
+    return src, task_spec, task_kwargs, max_new, run_cfg
 
 
-def _eval_protocol(args: argparse.Namespace) -> dict:
+def _eval_protocol(args: argparse.Namespace, run_cfg: dict) -> dict:
     """How ``respo eval`` samples: the policy's compute dtype, the engine, its dtype and threads and the prompt
     format, from the flags,
     else what the run directory's config.json recorded (so a run is re-scored the way it scored itself),
     else the defaults (respo's sampler, prompts rendered as ``auto``)."""
     from respo.train.config import TrainConfig
 
-    run_cfg = {}
-    config_json = Path(args.model) / "config.json"
-    if config_json.is_file() and (Path(args.model) / "final").is_dir():
-        run_cfg = json.loads(config_json.read_text())
     defaults = TrainConfig()
     return {name: getattr(args, name) if getattr(args, name) is not None else run_cfg.get(name, getattr(defaults, name))
             for name in ("dtype", "rollout_engine", "engine_dtype", "engine_threads", "prompt_format")}
@@ -173,7 +170,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from respo.runtime.precision import DTYPES, device_problem, mixed_precision
     from respo.runtime.tasks import load_task
-    from respo.train.config import ConfigError, apply_overrides, TrainConfig
+    from respo.train.config import ConfigError, apply_overrides, sampling_problems, TrainConfig
     from respo.train.evaluate import evaluate_policy
     from respo.train.evaluate import EVAL_SEED
     from respo.train.policy import load_run_policy
@@ -185,11 +182,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     problem = problem or _eval_flag_problem(args)
     if problem:
         raise ConfigError(problem)
-    src, task_spec, task_kwargs, max_new = _eval_source(args)
-    protocol = _eval_protocol(args)
-    problem = _eval_protocol_problem(protocol)
-    if problem:
-        raise ConfigError(problem)
+    src, task_spec, task_kwargs, max_new, run_cfg = _eval_source(args)
+    protocol = _eval_protocol(args, run_cfg)
+    problems = sampling_problems(protocol, spell=lambda name: "--" + name.replace("_", "-"))
+    if problems:
+        raise ConfigError(problems[0])
     cfg = apply_overrides(TrainConfig(), {"model": str(src), "task": task_spec or "addition",
                                           "task_kwargs": task_kwargs, "warm_start": False, "device": args.device})
     if args.threads:
@@ -220,20 +217,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                        engine_threads=protocol["engine_threads"])
     print(json.dumps({"model": str(src), "task": cfg.task, **sampler, **_scalars(out)}, indent=1))
     return 0
-
-
-def _eval_protocol_problem(protocol: dict) -> str | None:
-    """What is wrong with the sampling settings ``respo eval`` resolved (the first problem), None when nothing is."""
-    from respo.runtime.engines import ENGINES
-    from respo.train.config import ENGINE_DTYPES
-
-    if protocol["rollout_engine"] not in ENGINES:
-        return f"--rollout-engine {protocol['rollout_engine']!r} is unknown; choose one of {', '.join(ENGINES)}"
-    if protocol["engine_dtype"] not in ENGINE_DTYPES:
-        return f"--engine-dtype {protocol['engine_dtype']!r} is unknown; choose one of {', '.join(ENGINE_DTYPES)}"
-    if protocol["prompt_format"] not in ("auto", "chat", "raw"):
-        return f"--prompt-format {protocol['prompt_format']!r} is unknown; choose auto, chat or raw"
-    return None
 
 
 def _add_sft_flags(p: argparse.ArgumentParser) -> None:

@@ -344,6 +344,19 @@ def _objective_problem(cfg: TrainConfig) -> str | None:
     return None
 
 
+SAMPLING_FIELDS = ("prompt_format", "rollout_engine", "engine_dtype")
+
+
+def sampling_problems(settings: dict, spell=lambda name: name) -> list[str]:
+    """What is wrong with the sampling settings (``SAMPLING_FIELDS``) that `validate` checks in a config and
+    ``respo eval`` checks in what it resolved from its flags and the run; ``spell`` names a field the way the
+    caller's user wrote it (a config field, a command-line flag)."""
+    choices = {"prompt_format": ("auto", "chat", "raw"), "rollout_engine": ENGINES, "engine_dtype": ENGINE_DTYPES}
+    listed = {"prompt_format": "auto, chat or raw"}
+    return [f"{spell(name)} {settings[name]!r} is unknown; choose {listed.get(name) or 'one of ' + ', '.join(choices[name])}"
+            for name in SAMPLING_FIELDS if settings[name] not in choices[name]]
+
+
 def validate(cfg: TrainConfig) -> None:
     """Check ``cfg`` can run; raise one `ConfigError` listing every problem (one line when there is one)."""
     errs: list[str] = []
@@ -399,14 +412,9 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.micro_batch_tokens and cfg.micro_batch:
         errs.append(f"micro_batch ({cfg.micro_batch} rows) and micro_batch_tokens ({cfg.micro_batch_tokens} tokens) "
                     f"both size micro-batches; set one of them to 0")
-    if cfg.prompt_format not in ("auto", "chat", "raw"):
-        errs.append(f"prompt_format {cfg.prompt_format!r} is unknown; choose auto, chat or raw")
     if cfg.dtype not in DTYPES:
         errs.append(f"dtype {cfg.dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
-    if cfg.rollout_engine not in ENGINES:
-        errs.append(f"rollout_engine {cfg.rollout_engine!r} is unknown; choose one of {', '.join(ENGINES)}")
-    if cfg.engine_dtype not in ENGINE_DTYPES:
-        errs.append(f"engine_dtype {cfg.engine_dtype!r} is unknown; choose one of {', '.join(ENGINE_DTYPES)}")
+    errs += sampling_problems({name: getattr(cfg, name) for name in SAMPLING_FIELDS})
     if cfg.engine_threads < 1:
         errs.append(f"engine_threads must be >= 1, got {cfg.engine_threads}")
     if cfg.rollout_correction not in ROLLOUT_CORRECTIONS:

@@ -88,23 +88,26 @@ def test_eval_renders_prompts_through_the_chat_template_as_runs_do(tmp_path, cap
 
 
 def test_eval_takes_the_runs_sampling_settings_unless_a_flag_names_others(tmp_path):
-    from respo.cli import _eval_protocol
+    from respo.cli import _eval_protocol, _eval_source
 
-    parse = build_parser().parse_args
+    def protocol(argv):  # as `respo eval` resolves it: from the run config that _eval_source read
+        args = build_parser().parse_args(argv)
+        return _eval_protocol(args, _eval_source(args)[4])
+
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"dtype": "bfloat16", "rollout_engine": "vllm", "engine_dtype": "float32",
+    (run / "config.json").write_text(json.dumps({"task": "addition", "max_new_tokens": 24, "dtype": "bfloat16",
+                                                 "rollout_engine": "vllm", "engine_dtype": "float32",
                                                  "engine_threads": 2, "prompt_format": "raw"}))
-    assert _eval_protocol(parse(["eval", str(run)])) == {
+    assert protocol(["eval", str(run)]) == {
         "dtype": "bfloat16", "rollout_engine": "vllm", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "raw"}
-    assert _eval_protocol(parse(["eval", str(run), "--rollout-engine", "respo", "--prompt-format", "chat",
-                                 "--dtype", "float32"])) == {
+    assert protocol(["eval", str(run), "--rollout-engine", "respo", "--prompt-format", "chat", "--dtype", "float32"]) == {
         "dtype": "float32", "rollout_engine": "respo", "engine_dtype": "float32", "engine_threads": 2, "prompt_format": "chat"}
     # a model directory records no run settings: the training defaults
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
-    assert _eval_protocol(parse(["eval", str(model_dir)])) == {
+    assert protocol(["eval", str(model_dir)]) == {
         "dtype": "float32", "rollout_engine": "respo", "engine_dtype": "auto", "engine_threads": 1, "prompt_format": "auto"}
 
 
@@ -119,9 +122,9 @@ def test_eval_uses_the_recorded_task_settings(tmp_path, capsys):
         json.dumps({"config": {"task": "addition", "task_kwargs": {"digits": 5, "scratchpad": True}}, "max_new_tokens": 39})
     )
     parse = build_parser().parse_args
-    src, task, kwargs, max_new = _eval_source(parse(["eval", str(ws)]))
-    assert (src, task, kwargs, max_new) == (ws, "addition", {"digits": 5, "scratchpad": True}, 39)
-    _, _, kwargs, _ = _eval_source(parse(["eval", str(ws), "--task-kwargs", '{"digits": 3}']))
+    src, task, kwargs, max_new, run_cfg = _eval_source(parse(["eval", str(ws)]))
+    assert (src, task, kwargs, max_new, run_cfg) == (ws, "addition", {"digits": 5, "scratchpad": True}, 39, {})
+    _, _, kwargs, _, _ = _eval_source(parse(["eval", str(ws), "--task-kwargs", '{"digits": 3}']))
     assert kwargs == {"digits": 3}
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:

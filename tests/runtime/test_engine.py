@@ -58,6 +58,7 @@ def test_the_respo_engine_is_the_sampler(tiny):
 def test_engine_settings_are_checked_up_front():
     for kw, words in [({"rollout_engine": "vlm"}, "rollout_engine 'vlm' is unknown"),
                       ({"engine_dtype": "fp8"}, "engine_dtype 'fp8' is unknown"),
+                      ({"prompt_format": "jinja"}, "prompt_format 'jinja' is unknown; choose auto, chat or raw"),
                       ({"engine_threads": 0}, "engine_threads must be >= 1"),
                       ({"rollout_correction": "tis"}, "rollout_correction 'tis' is unknown"),
                       ({"rollout_correction_threshold": -1.0}, "rollout_correction_threshold must be > 0"),
