@@ -37,6 +37,14 @@ arms R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻ of each seed) is tested through thre
     interaction                   c× = (R⁺R⁻ − R⁺V⁻) − (V⁺R⁻ − V⁺V⁻)      (how much the negative branch's effect
                                                                           changes with the positive branch)
 
+Power (`min_detectable`, `seeds_needed`): a one-sample t-test over n seeds of per-seed values with
+standard deviation σ, at level α, detects a true mean Δ with probability about 1 − β when
+
+    Δ ≥ (t_{1−α/2, n−1} + t_{1−β, n−1}) · σ/√n        (the minimum detectable effect, MDE)
+
+(the usual approximation of the noncentral t by a shifted t; it ignores the far tail of the other
+sign). With σ measured on the same seeds it is a description of the study's resolution, not a test.
+
 Multiplicity (`adjust`) over a family of m p values sorted p_(1) ≤ … ≤ p_(m):
 
     Holm (family-wise error, step-down)   p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j))
@@ -71,7 +79,7 @@ __all__ = ["Welch", "Comparison", "welch_t", "student_t_sf2", "betainc", "bootst
            "ALPHA", "N_RESAMPLES", "WITHIN_NOISE", "format_p",
            "WelchTest", "Tost", "welch", "tost", "adjust", "verdict", "student_t_cdf", "student_t_ppf",
            "ADJUST_METHODS", "NO_DIFFERENCE", "Judged", "judge", "PairedTest", "one_sample", "paired", "paired_tost", "tost_of",
-           "FACTORIAL_CONTRASTS", "factorial_2x2"]
+           "FACTORIAL_CONTRASTS", "factorial_2x2", "min_detectable", "seeds_needed"]
 
 #: Significance level of `compare`'s verdict and the bootstrap interval (a 95% interval).
 ALPHA = 0.05
@@ -396,6 +404,30 @@ def tost_of(test: PairedTest, margin: float) -> Tost:
     """Two one-sided tests of |mean| < margin from a `one_sample` or `paired` test (its mean, se and df)."""
     _check_margin(margin)
     return _tost(test.diff, test.se, test.df, margin, test.n_a, test.n_b, test.alpha)
+
+
+def min_detectable(sd: float, n: int, *, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """The smallest true mean a two-sided one-sample (or paired) t-test over ``n`` seeds at level ``alpha``
+    detects with probability ``power``, for per-seed values of standard deviation ``sd`` (module docstring):
+    (t_{1−α/2, n−1} + t_{power, n−1}) · sd/√n. NaN when n < 2 or sd is not finite."""
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must lie in (0, 1), got {power}")
+    if n < 2 or not _finite(sd):
+        return math.nan
+    df = float(n - 1)
+    return (student_t_ppf(1.0 - alpha / 2.0, df) + student_t_ppf(power, df)) * float(sd) / math.sqrt(n)
+
+
+def seeds_needed(effect: float, sd: float, *, alpha: float = ALPHA, power: float = 0.8, most: int = 10_000) -> int:
+    """The fewest seeds (at least 2) whose `min_detectable` at ``sd`` is at most ``effect``."""
+    if not (_finite(effect) and effect > 0):
+        raise ValueError(f"effect must be a finite number > 0, got {effect}")
+    if not (_finite(sd) and sd >= 0):
+        raise ValueError(f"sd must be a finite number >= 0, got {sd}")
+    for n in range(2, most + 1):
+        if min_detectable(sd, n, alpha=alpha, power=power) <= effect:
+            return n
+    raise ValueError(f"more than {most} seeds are needed to detect {effect} at sd {sd}")
 
 
 #: `factorial_2x2`'s contrasts, in its order (module docstring).

@@ -553,11 +553,13 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     the negative-branch and positive-branch main effects and their interaction
     (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1, each a one-sample t-test over the
     seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
-    interval, the p value adjusted over the table's contrasts, TOST within ±δ and a verdict on the sign.
+    interval, the p value adjusted over the table's contrasts, TOST within ±δ, the contrast's SD over seeds with
+    the minimum effect those seeds detect at 80 % power (`respo.study.stats.min_detectable`, unadjusted α) and a
+    verdict on the sign.
     ``metrics`` (keys of `FACTORIAL_METRICS`) are the endpoints tested: a study that declared one endpoint
     adjusts over its three contrasts only."""
-    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, tost_of, \
-        verdict
+    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, \
+        min_detectable, tost_of, verdict
 
     cells = group_rows(rows, ("lr", "reuse", "objective"))
     found = sorted({(lr, n) for lr, n, _ in cells if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS)})
@@ -580,15 +582,18 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
            "branch = ½[(R⁺R⁻ − V⁺R⁻) + (R⁺V⁻ − V⁺V⁻)], interaction = (R⁺R⁻ − R⁺V⁻) − (V⁺R⁻ − V⁺V⁻). p: one-sample "
            "two-sided t-test of the per-seed contrast over the seeds all four arms ran (each seed's arms share "
            f"their first rollout step); p ({name}): adjusted over the {len(tests)} contrasts of this table; TOST p: "
-           f"equivalence to 0 within ±δ = {margin:g}, adjusted the same way. Verdict: below 0 / above 0 when the "
-           "adjusted p ≤ .05.", "",
+           f"equivalence to 0 within ±δ = {margin:g}, adjusted the same way. SD: the per-seed contrast's standard "
+           "deviation; MDE: the smallest true contrast these seeds detect with 80 % power at that SD (two-sided, "
+           "α = .05 unadjusted). Verdict: below 0 / above 0 when the adjusted p ≤ .05.", "",
            f"| lr | N | metric | contrast | seeds | estimate | 95 % CI | t (df) | p | p ({name}) | "
-           f"TOST p (δ = {margin:g}) | verdict |", "|" + "---|" * 12]
+           f"TOST p (δ = {margin:g}) | SD | MDE (80 %) | verdict |", "|" + "---|" * 14]
     for (lr, n, metric, contrast, t, eq), q, qt in zip(tests, p_adj, p_tost):
         words = verdict(t, eq, p=q, p_tost=None if eq is None else qt)
         words = words.replace("worse", "below 0", 1).replace("better", "above 0", 1)
+        sd = t.se * math.sqrt(t.n) if t.n >= 2 else math.nan
         out.append(f"| {lr:g} | {n} | {metric} | {contrast} | {t.n} | {t.diff:+.3f} | {_ci(t)} | {_f(t.t, 2)} "
-                   f"({_f(t.df, 0)}) | {format_p(t.p)} | {format_p(q)} | {format_p(qt)} | {words} |")
+                   f"({_f(t.df, 0)}) | {format_p(t.p)} | {format_p(q)} | {format_p(qt)} | {_f(sd, 3)} | "
+                   f"{_f(min_detectable(sd, t.n), 3)} | {words} |")
     return out
 
 

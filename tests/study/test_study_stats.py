@@ -411,6 +411,31 @@ def test_factorial_2x2_contrasts_by_hand():
     assert all(t.n == 3 for t in c.values()) and c["interaction"].diff == pytest.approx(0.12)
 
 
+def test_minimum_detectable_effect_by_hand():
+    from respo.study.stats import min_detectable, seeds_needed
+
+    # df = 2: P(T <= t) = 1/2 + t/(2 sqrt(t^2 + 2)); at .80, t/sqrt(t^2 + 2) = .6, .64 t^2 = .72, t_{.80, 2} =
+    # sqrt(1.125) = 1.060660; t_{.975, 2} = 4.302653. n = 3, sd .06: (4.302653 + 1.060660) * .06/sqrt(3)
+    # = 5.363313 * .034641 = .185791
+    assert min_detectable(0.06, 3) == pytest.approx(0.185791, abs=1e-6)
+    # halving sd halves it; power .5 drops the second quantile (t_{.5} = 0): 4.302653 * .034641 = .149048
+    assert min_detectable(0.03, 3) == pytest.approx(0.185791 / 2, abs=1e-6)
+    assert min_detectable(0.06, 3, power=0.5) == pytest.approx(0.149048, abs=1e-6)
+    # n = 12, sd .06 (df 11: t_{.975} = 2.200985, t_{.80} = 0.875530): 3.076515 * .017321 = .053287
+    assert min_detectable(0.06, 12) == pytest.approx(0.053287, abs=1e-5)
+    # at Holm's smallest threshold over three contrasts, alpha = .05/3 (t_{1 - .05/6, 11} = 2.820034: wider)
+    assert min_detectable(0.06, 12, alpha=0.05 / 3) > min_detectable(0.06, 12)
+    # seeds for .05 at sd .06: n = 13 gives (2.178813 + 0.872609) * .06/sqrt(13) = .050779 > .05;
+    # n = 14 gives (2.160369 + 0.870152) * .06/sqrt(14) = .048596 <= .05
+    assert seeds_needed(0.05, 0.06) == 14
+    assert seeds_needed(1.0, 0.06) == 2  # the smallest n with a test
+    assert math.isnan(min_detectable(0.06, 1)) and math.isnan(min_detectable(math.nan, 5))
+    with pytest.raises(ValueError, match="power must lie in \\(0, 1\\), got 1.2"):
+        min_detectable(0.06, 3, power=1.2)
+    with pytest.raises(ValueError, match="effect must be a finite number > 0, got 0"):
+        seeds_needed(0, 0.06)
+
+
 def test_judge_pairs_by_seed_when_asked():
     from respo.study.stats import judge
 

@@ -517,6 +517,9 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
     assert "| +0.043 | [+0.005, +0.081] | 4.91 (2) | 0.039 | 0.039 |" in pos and pos.endswith("| above 0 |")
     assert "| +0.120 |" in inter and "| 0.009 | 0.014 |" in inter and inter.endswith("| above 0 |")
     assert by[("pass@1", "negative branch")].split(" | ")[4:] == neg.split(" | ")[4:]
+    # SD and MDE: the negative branch's per-seed SD .020817 (tests/study/test_study_stats.py), MDE at 3 seeds
+    # (4.302653 + 1.060660) * .020817/sqrt(3) = .064460; the positive branch's SD .015275, MDE .047299
+    assert "| 0.021 | 0.064 | below 0 |" in neg and "| 0.015 | 0.047 | above 0 |" in pos
     # one declared endpoint, Holm over its three contrasts only: .006088 · 3 = .018, .009133 · 2 = .018,
     # .039012 · 1 = .039 (each at least the one before it)
     one = {ln.split(" | ")[3]: ln for ln in factorial_table(rows, method="holm", metrics=("pass@1",))
