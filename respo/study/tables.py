@@ -34,6 +34,9 @@ step has log W = 0 exactly), and over all updates otherwise:
                                (warm start, model directory), empty for a preset from scratch or an older run
     engine                     the rollout engine that sampled the run (``rollout_engine``; a runs.csv written
                                before the column held only runs of respo's own sampler)
+    mismatch_*                 the engine–trainer mismatch, log ρ = the trainer's log-prob before the update minus
+                               the engine's (`CSV_MISMATCH`: mean abs log ρ per token, the sequence log ρ's p10 and
+                               p90, the fraction of sequences beyond ±1), over every update; empty for the respo engine
 
 ``calib``: one row per run (a calibration sweep), with the greedy accuracy where the runs.csv has that column;
 ``--cost`` appends seconds per update and training seconds per update. ``staleness``: per (model, objective, N, lr) of finished runs, one table of the
@@ -51,6 +54,9 @@ control (GRPO at N = 1: late mean, held-out pass@1) next to GRPO's stale-update 
 largest N (fraction of stale positives and of stale negatives with log W < −1, log W p10, k3 KL per
 token, per-token entropy late in the run, and the same-batch ReSPO / VESPO mass shares), each a mean
 over the seeds run (n).
+
+``mismatch``: per (lr, N, objective) of finished runs that logged it, the engine–trainer mismatch (means over
+seeds) next to the log W p10 of the stale updates: how large the uncorrected mismatch is against the staleness.
 
 ``replay``: per (lr, N, objective) run both ways, MoE routing replay's effect: the mean over seeds
 with replay minus without, on late mean and held-out pass@1, tested like ``headline``. Every other
@@ -78,7 +84,7 @@ from respo.study.aggregate import Run, best_per_column, early_max, first_step_pr
 from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
-__all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
+__all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "CSV_MISMATCH", "mismatch_table", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
            "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS", "regime_table",
            "replay_table", "fill", "add_arguments", "run"]
 
@@ -89,6 +95,12 @@ CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3"
 CSV_SAME_BATCH = {"same_batch_frac_pos_low_w": "same_batch/frac_pos_low_w",
                   "same_batch_respo_mass_share": "same_batch/respo_pos_low_w_mass_share",
                   "same_batch_vespo_mass_share": "same_batch/vespo_pos_low_w_mass_share"}
+#: runs.csv's engine–trainer mismatch columns: column -> per-update metric of log ρ = the trainer's old log-prob
+#: minus the engine's, averaged over every update (the mismatch does not depend on staleness); empty for runs of
+#: the respo engine, whose log-probs are the trainer's.
+CSV_MISMATCH = {"mismatch_abs_diff": "rollout_corr/abs_diff", "mismatch_seq_p10": "rollout_corr/seq_log_ratio_p10",
+                "mismatch_seq_p90": "rollout_corr/seq_log_ratio_p90",
+                "mismatch_seq_beyond_1": "rollout_corr/seq_frac_beyond_1"}
 #: runs.csv's ``staleness:<metric>`` columns: per-update metrics averaged per staleness level 0 .. N−1.
 STALENESS_METRICS = ("kl_k3", "log_w/p10", "frac_pos_low_w", "entropy")
 #: Updates at each end of a run whose scores are compared for on-policy stability.
@@ -99,7 +111,7 @@ COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "ro
            "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
            "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
            "pooled_neg_low_w", "step_scores", "seconds_per_update", "train_seconds_per_update",
-           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start", "engine")
+           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start", "engine", *CSV_MISMATCH)
 #: Columns holding a JSON list of numbers (null for an empty entry).
 _LIST = {"step_scores", *(f"staleness:{k}" for k in STALENESS_METRICS)}
 _TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode", "start", "engine"}
@@ -168,6 +180,7 @@ def run_row(run: Run) -> dict:
     row["greedy_acc"] = greedy_acc(run)
     row["start"] = c["start"]
     row["engine"] = c["engine"]
+    row.update({col: run_mean(run, k) for col, k in CSV_MISMATCH.items()})
     return row
 
 
@@ -540,6 +553,30 @@ def breakdown_table(rows: list[dict]) -> list[str]:
     return out
 
 
+def mismatch_table(rows: list[dict]) -> list[str]:
+    """Per (lr, N, objective) of finished runs that logged it: the engine–trainer mismatch (`CSV_MISMATCH`, over
+    every update) next to the staleness it sits beside (log W p10 over the stale updates), means over seeds."""
+    cells = group_rows([r for r in rows if math.isfinite(r["mismatch_abs_diff"])], ("lr", "reuse", "objective"))
+    if not cells:
+        raise TableError("no finished run records an engine–trainer mismatch (runs of the respo engine have none, "
+                         "and runs.csv files written before its columns existed hold none)")
+    out = ["The engine–trainer mismatch per token and per sequence, log ρ = the trainer's log-prob of a sampled "
+           "token before the update minus the engine's, averaged over every update of a run and then over seeds, "
+           "next to the staleness the objective sees: log W = log π_θ − log π_old per sequence, its p10 over the "
+           "stale updates. The trainer recomputes π_old, so log W holds staleness alone and ρ is not corrected "
+           "unless rollout_correction says so.", "",
+           "| lr | N | objective | seeds | mean abs log ρ per token | sequence log ρ p10 | sequence log ρ p90 | "
+           "sequences beyond ±1 | log W p10 (stale updates) |", "|" + "---|" * 9]
+    for (lr, n, obj), rs in sorted(cells.items()):
+        m = {c: _mean([r[c] for r in rs]) for c in (*CSV_MISMATCH, "stale_mean:log_w/p10")}
+        mean_abs, sd_abs, k = mean_std([r["mismatch_abs_diff"] for r in rs])
+        abs_cell = _f(mean_abs) if k < 2 else f"{_f(mean_abs)} ± {_f(sd_abs)}"
+        out.append(f"| {lr:g} | {n} | {obj} | {len(rs)} | {abs_cell} | "
+                   f"{m['mismatch_seq_p10']:+.2f} | {m['mismatch_seq_p90']:+.2f} | {_f(m['mismatch_seq_beyond_1'])} | "
+                   f"{_f(m['stale_mean:log_w/p10'], 2)} |")
+    return out
+
+
 #: The 2 × 2 of positive branch × negative branch: (arm R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻) as runs.csv objectives.
 FACTORIAL_ARMS = ("respo", "respo+/vespo-", "vespo+/respo-", "vespo")
 
@@ -792,12 +829,13 @@ def fill(path: Path) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", choices=("calib", "headline", "regime", "staleness", "replay", "factorial", "breakdown",
-                                    "fill"),
+                                    "mismatch", "fill"),
                    help="calib: one row per run; staleness: per-staleness diagnostics per (model, objective, N, lr); "
                         "headline: objectives over seeds; regime: GRPO's log W spread per response length and lr "
                         "(LENGTH=runs.csv arguments); replay: each objective with MoE routing replay against without; "
                         "factorial: the 2 x 2 of ReSPO's and VESPO's branches, main effects and interaction over seeds; "
                         "breakdown: the seeds that broke down (docs/method.md) per (lr, N, objective); "
+                        "mismatch: the engine–trainer mismatch next to the staleness per (lr, N, objective); "
                         "fill: regenerate the table blocks of "
                         "markdown files")
     p.add_argument("paths", nargs="+", help="runs.csv files and/or sweep or run directories (regime: LENGTH=runs.csv; "
@@ -893,6 +931,8 @@ def run(args: argparse.Namespace) -> int:
         lines = factorial_table(rows, margin=args.margin, method=args.adjust, metrics=_metrics(args))
     elif args.kind == "breakdown":
         lines = breakdown_table(rows)
+    elif args.kind == "mismatch":
+        lines = mismatch_table(rows)
     elif args.kind == "calib":
         lines = calib_table(rows, absent, cost=args.cost)
     elif args.kind == "staleness":

@@ -436,8 +436,8 @@ def test_committed_real_report_tables_are_what_respo_table_makes(tmp_path, monke
 
     shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
     monkeypatch.chdir(tmp_path)
-    # README: the N = 8 cells, the N = 32 probe and the pilot; the 2 x 2 study's page: its runs
-    for name, blocks in (("README.md", 6), ("calib/table.md", 2), ("branches/README.md", 1)):
+    # README: the N = 8 cells, the N = 32 probe and the pilot; the 2 x 2 study's page: its runs and their mismatch
+    for name, blocks in (("README.md", 6), ("calib/table.md", 2), ("branches/README.md", 2)):
         md = tmp_path / "reports/real" / name
         assert fill(md) == blocks, name
         assert md.read_text() == (REPO / "reports/real" / name).read_text(), name
@@ -603,3 +603,40 @@ def test_breakdown_is_both_metrics_below_half_the_starting_score():
     lines = breakdown_table(rows)
     assert "| 3e-05 | 8 | m2po | 3 | 2 of 3 | 0, 1 | 0.467 |" in lines  # (.48 + .44 + .48)/3
     assert "| 3e-05 | 8 | grpo | 1 | 0 of 0 (1 —) | — | — |" in lines
+
+
+# ---- the engine-trainer mismatch next to the staleness ---------------------------------------------------------
+def test_mismatch_columns_and_table_by_hand(tmp_path, capsys):
+    from respo.cli import main
+    from respo.study.tables import mismatch_table
+
+    # 4 updates at N = 2 with engine log-ratios logged on every update (staleness 0 too: the mismatch does not
+    # depend on it), a run of the respo engine logging none
+    for seed, diffs in ((0, [0.02, 0.03, 0.01, 0.02]), (1, [0.01, 0.01, 0.03, 0.03])):
+        d = _run(tmp_path / "runs", "vespo", 2, seed, [0.5] * 4)
+        recs = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
+        for r, x in zip(recs, diffs):
+            r.update({"rollout_corr/abs_diff": x, "rollout_corr/seq_log_ratio_p10": -10 * x,
+                      "rollout_corr/seq_log_ratio_p90": 20 * x, "rollout_corr/seq_frac_beyond_1": 0.0 if x < 0.03 else 0.25,
+                      "log_w/p10": -0.1 * r["staleness_mean"]})
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _run(tmp_path / "runs", "respo", 2, 0, [0.5] * 4)
+    runs = load_runs([tmp_path / "runs"])
+    rows = {r.path.name: run_row(r) for r in runs}
+    # seed 0: mean |log rho| (.02 + .03 + .01 + .02)/4 = .02, seq p10 -.2, p90 +.4, beyond +-1: .25/4 = .0625
+    s0 = rows["vespo_N2_s0"]
+    assert (s0["mismatch_abs_diff"], s0["mismatch_seq_p10"], s0["mismatch_seq_p90"], s0["mismatch_seq_beyond_1"]) == (
+        pytest.approx(0.02), pytest.approx(-0.2), pytest.approx(0.4), pytest.approx(0.0625))
+    assert math.isnan(rows["respo_N2_s0"]["mismatch_abs_diff"])  # the respo engine logs no mismatch
+    write_runs_csv(runs, tmp_path / "runs.csv")
+    read, _ = read_rows([tmp_path / "runs.csv"])
+    lines = mismatch_table(read)
+    (line,) = [ln for ln in lines if ln.startswith("| 3e-05 | 2 | vespo |")]
+    # seed 1: |log rho| .02, p10 -.2, p90 +.4, beyond (.25 + .25)/4 = .125; over the two seeds: .020 ± .000,
+    # beyond .094 (.0625, .125); stale updates' log W p10: -.1 in both seeds
+    assert line == "| 3e-05 | 2 | vespo | 2 | 0.020 ± 0.000 | -0.20 | +0.40 | 0.094 | -0.10 |", line
+    assert not any(ln.startswith("| 3e-05 | 2 | respo |") for ln in lines)  # no mismatch logged: not a row
+    with pytest.raises(TableError, match="no finished run records an engine–trainer mismatch"):
+        mismatch_table([r for r in read if r["objective"] == "respo"])
+    assert main(["table", "mismatch", str(tmp_path / "runs.csv")]) == 0
+    assert "| 3e-05 | 2 | vespo | 2 |" in capsys.readouterr().out
