@@ -84,9 +84,9 @@ from respo.study.aggregate import Run, best_per_column, early_max, first_step_pr
 from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
-__all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "CSV_MISMATCH", "mismatch_table", "EDGE_UPDATES", "TableError", "run_row", "write_runs_csv",
-           "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS", "regime_table",
-           "replay_table", "fill", "add_arguments", "run"]
+__all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "CSV_MISMATCH", "EDGE_UPDATES", "TableError", "run_row",
+           "write_runs_csv", "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS",
+           "regime_table", "replay_table", "mismatch_table", "fill", "add_arguments", "run"]
 
 #: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
 CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
@@ -571,9 +571,9 @@ def mismatch_table(rows: list[dict]) -> list[str]:
         m = {c: _mean([r[c] for r in rs]) for c in (*CSV_MISMATCH, "stale_mean:log_w/p10")}
         mean_abs, sd_abs, k = mean_std([r["mismatch_abs_diff"] for r in rs])
         abs_cell = _f(mean_abs) if k < 2 else f"{_f(mean_abs)} ± {_f(sd_abs)}"
-        out.append(f"| {lr:g} | {n} | {obj} | {len(rs)} | {abs_cell} | "
-                   f"{m['mismatch_seq_p10']:+.2f} | {m['mismatch_seq_p90']:+.2f} | {_f(m['mismatch_seq_beyond_1'])} | "
-                   f"{_f(m['stale_mean:log_w/p10'], 2)} |")
+        p10, p90 = (_f(m[c], 2) if not m[c] > 0 else f"+{m[c]:.2f}" for c in ("mismatch_seq_p10", "mismatch_seq_p90"))
+        out.append(f"| {lr:g} | {n} | {obj} | {len(rs)} | {abs_cell} | {p10} | {p90} | "
+                   f"{_f(m['mismatch_seq_beyond_1'])} | {_f(m['stale_mean:log_w/p10'], 2)} |")
     return out
 
 
