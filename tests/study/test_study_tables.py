@@ -437,8 +437,8 @@ def test_committed_real_report_tables_are_what_respo_table_makes(tmp_path, monke
     shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
     monkeypatch.chdir(tmp_path)
     # README: the N = 8 cells, the N = 32 probe and the pilot; the 2 x 2 study's page: its runs, their regime per
-    # staleness level and their mismatch
-    for name, blocks in (("README.md", 6), ("calib/table.md", 2), ("branches/README.md", 3)):
+    # staleness level, their mismatch and the declared factorial analysis
+    for name, blocks in (("README.md", 6), ("calib/table.md", 2), ("branches/README.md", 4)):
         md = tmp_path / "reports/real" / name
         assert fill(md) == blocks, name
         assert md.read_text() == (REPO / "reports/real" / name).read_text(), name
