@@ -25,6 +25,12 @@ Comparisons, each printed as one JSON line with both sides' medians and their ra
   log-ratio between bfloat16 and float32 recomputes of the same rollout by the same weights, and the
   error bfloat16 puts into log W itself (the learner's log-probs over the behaviour's, each in bfloat16,
   against the same in float32) after the benchmark's updates, next to that log W's own spread.
+- ``engine-dtypes``: the vLLM engine in bfloat16 against float32 on the study's rollout step (the warm start,
+  ``--prompts`` x ``--group`` responses, EOS honoured, up to ``--max-new-tokens``): sampled tokens/s, and the
+  engine-trainer mismatch of each side's own rollout against the float32 trainer's recompute (per-token mean
+  |log rho|, the sequence log rho's p10 / p90, the fraction of sequences beyond +-1): what the cheaper dtype
+  costs the correction. One engine is alive at a time (two would not fit beside a training run): each round
+  starts a side's engine, syncs the weights, warms it up with one full-size rollout, times the next, closes it.
 - ``schedules``: the sync on-policy schedule (N = 1) against the bounded asynchronous mode, both on the vLLM
   engine, ``--updates`` updates per run at ``--prompts`` x ``--group``: the learner's wall time per update
   (``time/update``, the first update of each run left out as the warm-up), and their ratio. Where the
@@ -38,6 +44,7 @@ medians are reported.
         [--rows 8] [--seq 192] [--repeats 3] [--cache-dir .cache/respo] [--only sample,train,logits]
         [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only engines,update
         [--updates 3]                                                    # --only schedules
+        [--prompts 4] [--group 8] [--max-new-tokens 160]                 # --only engine-dtypes
 """
 
 from __future__ import annotations
@@ -318,6 +325,54 @@ def bench_update(args) -> dict:
                                     "bf16_error_seq_max_abs": round(float((lw_seq["bfloat16"] - lw_seq["float32"]).abs().max()), 4)}}
 
 
+def bench_engine_dtypes(args) -> dict:
+    from respo.core.mismatch import mismatch_metrics
+    from respo.runtime.chat import render_for
+    from respo.runtime.engines import make_engine
+    from respo.train.config import TrainConfig
+    from respo.train.policy import load_run_policy
+    from respo.train.rollout import recompute_logp, sample_rollout
+
+    B, G = args.prompts, args.group
+    cfg = TrainConfig(model=MODEL, task="worded_addition", warm_start=True, cache_dir=args.cache_dir, prompts=B,
+                      group_size=G, micro_batch=8, max_new_tokens=args.max_new_tokens)
+    policy = load_run_policy(cfg)  # the study's starting policy
+    model, tok = policy.model, policy.tokenizer
+    model.train()  # as the trainer holds it
+    task = get_task("worded_addition")
+    task, pool = render_for(tok, "auto", task, task.examples("train", B, 0))
+    dtypes = ("bfloat16", "float32")
+    times, tokens, batches = {d: [] for d in dtypes}, {d: [] for d in dtypes}, {}
+    for r in range(args.repeats):
+        for d in dtypes if r % 2 == 0 else dtypes[::-1]:
+            engine = make_engine("vllm", model, tok, engine_dtype=d, threads=args.threads, verbose=False)
+            try:
+                engine.sync_weights(model)
+                with torch.no_grad():
+                    for timed in (False, True):  # a full-size warm-up, then the timed rollout (the same draws)
+                        t0 = time.perf_counter()
+                        batch, _ = sample_rollout(engine, task, pool, list(range(B)), cfg,
+                                                  torch.Generator().manual_seed(r), 0)
+                        if timed:
+                            times[d].append(time.perf_counter() - t0)
+                            tokens[d].append(float(batch.mask.sum()))
+            finally:
+                engine.close()
+            batches.setdefault(d, batch)
+    out = {"bench": "engine_dtypes", "start": policy.info.get("weights_sha256", "")[:12], "prompts": B, "group": G,
+           "max_new_tokens": args.max_new_tokens, "threads": args.threads, "repeats": args.repeats}
+    for d in dtypes:
+        batch = batches[d]  # the first round's rollout of this dtype, scored by the float32 trainer
+        mm = mismatch_metrics(recompute_logp(model, batch, cfg, start_row=0), batch.behaviour_logp, batch.mask)
+        out[d] = {"tok_s": round(statistics.median(t / s for t, s in zip(tokens[d], times[d])), 1),
+                  "mean_response_tokens": round(float(batch.mask.sum(1).mean()), 1),
+                  **{k.split("/", 1)[-1]: round(float(mm[k]), 4) for k in
+                     ("rollout_corr/abs_diff", "rollout_corr/seq_log_ratio_p10", "rollout_corr/seq_log_ratio_p90",
+                      "rollout_corr/seq_frac_beyond_1")}}
+    out["bfloat16_over_float32_speed"] = round(out["bfloat16"]["tok_s"] / out["float32"]["tok_s"], 3)
+    return out
+
+
 def bench_schedules(args) -> dict:
     """The two schedules on the vLLM engine: sync on-policy (N = 1: sample, then train) against the bounded
     asynchronous mode (the engine samples the next batch, and the worker scores its ``old_logp``, while the
@@ -369,7 +424,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache-dir", default=".cache/respo")
     ap.add_argument("--only", default="sample,train,logits",
-                    help="any of sample,train,logits,engines,update,schedules")
+                    help="any of sample,train,logits,engines,update,schedules,engine-dtypes")
     ap.add_argument("--prompts", type=int, default=4, help="update: prompts per update (B)")
     ap.add_argument("--group", type=int, default=8, help="update: responses per prompt (G)")
     ap.add_argument("--reuse", type=int, default=8, help="update: updates per rollout step (N)")
@@ -383,7 +438,8 @@ def main(argv=None) -> None:
     model, tok = load_pretrained(resolve_packaged(MODEL, args.cache_dir))
     runs = {"sample": lambda: bench_sample(model, tok, args), "train": lambda: bench_train(model, args),
             "logits": lambda: bench_logits(model, args), "engines": lambda: bench_engines(model, tok, args),
-            "update": lambda: bench_update(args), "schedules": lambda: bench_schedules(args)}
+            "update": lambda: bench_update(args), "schedules": lambda: bench_schedules(args),
+            "engine-dtypes": lambda: bench_engine_dtypes(args)}
     unknown = [n for n in args.only.split(",") if n not in runs]
     if unknown:
         raise SystemExit(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(runs)}")
