@@ -31,8 +31,8 @@ from respo.errors import RespoError
 from respo.fileio import dir_problem, write_text_atomic
 from respo.study.aggregate import STARVATION_KEYS, Run, fmt_cell, load_runs, mean_std
 from respo.study.paper import paper_figure
-from respo.study.tables import (best_lr_cells, cell_table, column_cells, group_rows, means_row, run_row, runs_table,
-                                write_runs_csv)
+from respo.study.tables import (best_lr_cells, cell_table, column_cells, group_rows, means_row, mismatch_table,
+                                run_row, runs_table, write_runs_csv)
 
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "ReportDirError", "OVERLAY_MAX_RUNS"]
 
@@ -416,6 +416,16 @@ def _replay_section(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _mismatch_section(rows: list[dict]) -> list[str]:
+    """Per model whose finished runs logged an engine–trainer mismatch (`respo.study.tables.mismatch_table`)."""
+    lines: list[str] = []
+    logged = [r for r in rows if r["finished"] and math.isfinite(r["mismatch_abs_diff"])]
+    for model in sorted({r["model"] for r in logged}):
+        lines += [f"## Engine–trainer mismatch ({model})", ""]
+        lines += mismatch_table([r for r in logged if r["model"] == model]) + [""]
+    return lines
+
+
 def _commands_section(dirs: list[Path], report_cmd: str) -> list[str]:
     lines = ["## How this report was produced", "", "Sweeps (from each `sweep.json`, in order):", "", "```"]
     base_texts = {}
@@ -475,6 +485,7 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     lines += _groups_section(main_budget)
     lines += _ablation_section(main_budget, out_dir)
     lines += _replay_section(main_budget)
+    lines += _mismatch_section(main_budget)
     write_runs_csv(runs, out_dir / "runs.csv")
     lines += ["Per-run numbers behind every table (one row per run: coordinates, late mean, early max, held-out "
               "pass@1, diagnostics over stale updates) are in [runs.csv](runs.csv).", ""]

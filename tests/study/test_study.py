@@ -488,3 +488,21 @@ def test_paper_figures_name_their_source():
     assert f.setting == "N = 32 on Qwen3-30B-A3B" and f.where
     with pytest.raises(KeyError, match="no figure 'nope'"):
         paper_figure("nope")
+
+
+def test_report_shows_the_engine_mismatch_of_runs_that_logged_it(tmp_path):
+    # a run sampled by an engine logs rollout_corr/* on every update; its report sets the mismatch beside
+    # the staleness (respo table mismatch's numbers): abs diff .02 per token, sequence p10 -1.3, p90 +.5,
+    # beyond +-1 .2; stale updates' log W p10 = -1 (the fake run's -1 x staleness at N = 2: staleness 1)
+    d = _fake_run(tmp_path / "vllm", "vespo", 2, 1e-5, 0, [0.5] * 16)
+    recs = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()[:-1]]  # the torn tail left out
+    for r in recs:
+        r.update({"rollout_corr/abs_diff": 0.02, "rollout_corr/seq_log_ratio_p10": -1.3,
+                  "rollout_corr/seq_log_ratio_p90": 0.5, "rollout_corr/seq_frac_beyond_1": 0.2})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = build_report([tmp_path / "vllm"], tmp_path / "report").read_text()
+    section = text.split("## Engine–trainer mismatch (tiny-dense)")[1].split("\n## ")[0]
+    assert "| 1e-05 | 2 | vespo | 1 | 0.020 | -1.30 | +0.50 | 0.200 | -1.00 |" in section
+    # runs of respo's own sampler log none: no such section
+    _fake_run(tmp_path / "plain", "grpo", 2, 1e-5, 0, [0.5] * 16)
+    assert "Engine–trainer mismatch" not in build_report([tmp_path / "plain"], tmp_path / "report2").read_text()
