@@ -25,11 +25,11 @@ export MPLCONFIGDIR=$OUT/.mpl TORCHINDUCTOR_CACHE_DIR=$OUT/.inductor
 
 if [ "$DEVICE" = cpu ]; then  # reduced sizes: the script's own check
   JOBS=${JOBS:-2}; LENGTHS="32 256"; ROWS=16; BATCH=16; NEW="32"; STEPS=5; SWEEP_UPDATES=2; SEEDS=0  # 4 runs
-  COMPILE_LENGTHS="32"; TEST_MARK="not slow"
+  COMPILE_LENGTHS="32"; TEST_MARK="not slow"; REPEATS=2
 else
   JOBS=${JOBS:-"8 16"}; LENGTHS="32 256 1024"; ROWS=64; BATCH="64 256"; NEW="256 1024"; STEPS=20
   SWEEP_UPDATES=16; SEEDS=0,1,2,3  # 2 objectives x 2 N x 4 seeds = 16 runs
-  COMPILE_LENGTHS="32 256"; TEST_MARK=""
+  COMPILE_LENGTHS="32 256"; TEST_MARK=""; REPEATS=3
 fi
 : > "$OUT/summary.txt"
 status=0
@@ -49,16 +49,14 @@ step() {  # step NAME OUTFILE COMMAND...: run, record exit code and seconds
 # 1. tests: the CUDA ones (skipped where CUDA is missing) and the precision / micro-batch ones
 step tests "$OUT/tests.log" "$PYTHON" -m pytest -q -rs -m "$TEST_MARK" tests/train/test_device_precision.py tests/runtime/test_sampler.py
 
-# 2. benchmarks (JSON lines)
+# 2. benchmarks (JSON lines; compilation is step 4)
 step bench_precision "$OUT/bench_precision.jsonl" "$PYTHON" benchmarks/bench_precision.py --device "$DEVICE" \
   --lengths $LENGTHS --rows "$ROWS" --init-range 0.02 0.1
-step bench_compile "$OUT/bench_compile.jsonl" "$PYTHON" benchmarks/bench_compile.py --device "$DEVICE" \
-  --max-new-tokens $COMPILE_LENGTHS --rows "$ROWS" --steps "$STEPS"
 step bench_step "$OUT/bench_step.jsonl" "$PYTHON" benchmarks/bench_step.py --device "$DEVICE" --presets tiny-dense \
   --skip-trl --skip-step --train-batch "$ROWS" --steps 3
 for dtype in float32 bfloat16; do
   step "bench_sampler_$dtype" "$OUT/bench_sampler_$dtype.jsonl" "$PYTHON" benchmarks/bench_sampler.py \
-    --device "$DEVICE" --dtype "$dtype" --presets tiny-dense --batch $BATCH --new-tokens $NEW --repeats 2 --skip-generate
+    --device "$DEVICE" --dtype "$dtype" --presets tiny-dense --batch $BATCH --new-tokens $NEW --repeats "$REPEATS" --skip-generate
 done
 
 # 3. sweeps: the quick preset's runs, K at a time on one device; runs per hour from the wall time
@@ -73,6 +71,10 @@ for K in $JOBS; do
   "$PYTHON" -c "import json,sys; r, d, s, k, dev = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]; print(json.dumps({'device': dev, 'jobs': k, 'runs': r, 'finished': d, 'wall_s': round(s, 1), 'runs_per_hour': round(d / s * 3600, 1)}))" \
     "$runs" "$done_runs" "$(awk "BEGIN {print $t1 - $t0}")" "$K" "$DEVICE" | tee -a "$OUT/summary.txt" > "$OUT/sweep_jobs$K.jsonl"
 done
+
+# 4. compilation last: on a GPU it can take minutes, and a check cut by a time limit keeps everything before it
+step bench_compile "$OUT/bench_compile.jsonl" "$PYTHON" benchmarks/bench_compile.py --device "$DEVICE" \
+  --max-new-tokens $COMPILE_LENGTHS --rows "$ROWS" --steps "$STEPS"
 
 echo "[gpu_check] done, status $status; outputs in $OUT" | tee -a "$OUT/summary.txt"
 exit $status

@@ -283,11 +283,9 @@ def _engine(row: dict) -> str:
     return row.get("engine") or "respo"  # a row recorded before the column: respo's sampler, the only engine then
 
 
-def _check_one_start(rows: Sequence[dict]) -> None:
-    """Refuse rows of two starting policies (different recorded weights, the ``start`` column) or of two
-    rollout engines (``engine``: their samples and evaluations come from different distributions) in a
-    table that pools runs over seeds; rows recorded before the start column (empty ``start``) cannot be
-    told apart."""
+def _check_one_engine(rows: Sequence[dict]) -> None:
+    """Refuse rows of two rollout engines (``engine``: their samples and evaluations come from different
+    distributions) in a table that pools runs over seeds."""
     finished = [r for r in rows if r["finished"]]
     engines = sorted({_engine(r) for r in finished})
     if len(engines) > 1:
@@ -295,13 +293,65 @@ def _check_one_start(rows: Sequence[dict]) -> None:
         b = next(r for r in finished if _engine(r) == engines[1])
         raise TableError(f"two rollout engines in one table: {a['run']} sampled with {engines[0]} and {b['run']} "
                          f"with {engines[1]}; make one table per engine")
+
+
+def _check_one_start(rows: Sequence[dict]) -> None:
+    """Refuse rows of two starting policies (different recorded weights, the ``start`` column) or of two
+    rollout engines (`_check_one_engine`) in a table that pools runs over seeds; rows recorded before the
+    start column (empty ``start``) cannot be told apart."""
+    _check_one_engine(rows)
     first: dict | None = None
     for r in rows:
         if r["finished"] and r["start"]:
             first = first or r
             if r["start"] != first["start"]:
                 raise TableError(f"two starting policies in one table: {first['run']} started from {first['start']} "
-                                 f"and {r['run']} from {r['start']}; make one table per starting policy")
+                                 f"and {r['run']} from {r['start']}; make one table per starting policy, or pool "
+                                 "seeds as blocks with --starts-by-seed where each seed's runs share one start")
+
+
+def starts_by_seed(rows: Sequence[dict]) -> dict[str, list[int]]:
+    """The seeds of each starting policy among the finished ``rows``, for a table that pools seeds as blocks
+    of one start each (``--starts-by-seed``): every finished run records its start and all runs of one seed
+    share it, else `TableError` naming the runs. Starts are ordered by their first seed."""
+    finished = [r for r in rows if r["finished"]]
+    _check_one_engine(finished)
+    unrecorded = [r["run"] for r in finished if not r["start"]]
+    if unrecorded:
+        raise TableError(f"--starts-by-seed needs every run's starting policy, and {unrecorded[0]} records none "
+                         f"({len(unrecorded)} run{'s' * (len(unrecorded) != 1)} without one)")
+    seen: dict[int, dict] = {}
+    for r in finished:
+        other = seen.setdefault(r["seed"], r)
+        if other["start"] != r["start"]:
+            raise TableError(f"--starts-by-seed: seed {r['seed']}'s runs started from two policies ({other['run']} from "
+                             f"{other['start']}, {r['run']} from {r['start']}); each seed's runs must share one start")
+    by_start: dict[str, list[int]] = {}
+    for seed in sorted(seen):
+        by_start.setdefault(seen[seed]["start"], []).append(seed)
+    return by_start
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    """0, 1, 2, 5 -> '0–2, 5': runs of consecutive seeds as ranges."""
+    parts, i = [], 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        parts.append(str(seeds[i]) if j == i else f"{seeds[i]}{', ' if j == i + 1 else '–'}{seeds[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _starts_note(by_start: dict[str, list[int]]) -> list[str]:
+    """The label of a table that pools seeds of several starting policies as blocks (empty for one start)."""
+    if len(by_start) < 2:
+        return []
+    return ["", f"Seeds of {len(by_start)} starting policies, pooled as blocks (all runs of a seed share one start, so "
+            "a per-seed contrast lies within one start; a mean over seeds averages over the starts): "
+            + "; ".join(f"start {start}: seed{'s' * (len(seeds) != 1)} {_seed_list(seeds)}"
+                        for start, seeds in by_start.items()) + "."]
 
 
 def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
@@ -369,11 +419,14 @@ def _g3(x: float) -> str:
 def calib_table(rows: list[dict], absent: set[str] = frozenset(), *, cost: bool = False) -> list[str]:
     """One line per run, sorted by (lr, objective, N, seed): scores, held-out pass@1, per-token
     entropy and the stale-update diagnostics (module docstring); with ``cost``, then seconds per update
-    and training seconds per update (3 significant digits)."""
+    and training seconds per update (3 significant digits). Where the runs recorded more than one starting
+    policy, a last column names each run's (``start``)."""
     # a column added later than the given runs.csv files (the greedy accuracy) is left out, not shown empty
     keep = [i for i, c in enumerate(_CALIB_COLS) if not (c in _CALIB_OPTIONAL and c in absent)]
     cols = [_CALIB_COLS[i] for i in keep]
-    head = (*CALIB_HEAD[:5], *(CALIB_HEAD[5 + i] for i in keep)) + (_COST_HEAD if cost else ())
+    several = len({r["start"] for r in rows}) > 1
+    head = (*CALIB_HEAD[:5], *(CALIB_HEAD[5 + i] for i in keep)) + (_COST_HEAD if cost else ()) + \
+        (("start",) if several else ())
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: (r["lr"], r["objective"], r["reuse"], r["seed"])):
         digits = {"stale_mean:log_w/p10": 2, "stale_mean:kl_k3": 4, "entropy_early": 3, "entropy_late": 3}
@@ -381,6 +434,7 @@ def calib_table(rows: list[dict], absent: set[str] = frozenset(), *, cost: bool 
                  f"{r['updates_logged']}/{r['updates']}" + ("" if r["finished"] else " (running)")]
         cells += [_f(r[c], digits.get(c, 3)) for c in cols]
         cells += [_g3(r[c]) for c in _COST_COLS] if cost else []
+        cells += [r["start"] or "—"] if several else []
         out.append("| " + " | ".join(cells) + " |")
     return out + _absent_note(absent, (*cols, *(_COST_COLS if cost else ())))
 
@@ -585,7 +639,8 @@ FACTORIAL_METRICS = {"late_mean": "late mean", "pass@1": "pass@1"}
 
 
 def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh",
-                    metrics: tuple[str, ...] = ("late_mean", "pass@1")) -> list[str]:
+                    metrics: tuple[str, ...] = ("late_mean", "pass@1"),
+                    starts: dict[str, list[int]] | None = None) -> list[str]:
     """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
     the negative-branch and positive-branch main effects and their interaction
     (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1, each a one-sample t-test over the
@@ -594,7 +649,10 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     the minimum effect those seeds detect at 80 % power (`respo.study.stats.min_detectable`, unadjusted α) and a
     verdict on the sign.
     ``metrics`` (keys of `FACTORIAL_METRICS`) are the endpoints tested: a study that declared one endpoint
-    adjusts over its three contrasts only."""
+    adjusts over its three contrasts only.
+    ``starts`` (`starts_by_seed`: each starting policy's seeds), when it holds two or more: the seeds are pooled
+    as blocks, and a second table gives each start's mean contrasts over its seeds, a description beside the
+    tests, not further tests."""
     from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, \
         min_detectable, tost_of, verdict
 
@@ -603,6 +661,7 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     if not found:
         raise TableError(f"no (lr, N) with all four arms of the 2 × 2 ({', '.join(FACTORIAL_ARMS)}) finished")
     tests = []  # (lr, N, metric, contrast, seeds, PairedTest, Tost)
+    per_start = []  # (lr, N, metric, start, {contrast: PairedTest}) when the seeds come from several starts
     for lr, n in found:
         rr = cells[(lr, n, FACTORIAL_ARMS[0])]
         for metric, key in ((FACTORIAL_METRICS[m], m) for m in metrics):
@@ -611,6 +670,12 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
                     for arm in FACTORIAL_ARMS]
             for name, t in factorial_2x2(*arms).items():
                 tests.append((lr, n, metric, name, t, tost_of(t, margin) if t.n >= 2 else None))
+            if starts and len(starts) > 1:
+                order = sorted(common)  # by_seed aligns the arms in this order
+                for start, seeds in starts.items():
+                    keep = [i for i, seed in enumerate(order) if seed in seeds]
+                    if keep:
+                        per_start.append((lr, n, metric, start, factorial_2x2(*([a[i] for i in keep] for a in arms))))
     p_adj = adjust([t.p for *_, t, _ in tests], method)
     p_tost = adjust([math.nan if eq is None else eq.p for *_, eq in tests], method)
     name = ADJUST_METHODS[method].split(" (")[0]
@@ -631,6 +696,15 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
         out.append(f"| {lr:g} | {n} | {metric} | {contrast} | {t.n} | {t.diff:+.3f} | {_ci(t)} | {_f(t.t, 2)} "
                    f"({_f(t.df, 0)}) | {format_p(t.p)} | {format_p(q)} | {format_p(qt)} | {_f(sd, 3)} | "
                    f"{_f(min_detectable(sd, t.n), 3)} | {words} |")
+    if per_start:
+        out += ["", "Each starting policy's seeds alone: the mean per-seed contrast (a description beside the tests "
+                "above, not a further test).", "",
+                "| lr | N | metric | start | seeds | " + " | ".join(FACTORIAL_CONTRASTS) + " |",
+                "|" + "---|" * (5 + len(FACTORIAL_CONTRASTS))]
+        for lr, n, metric, start, got in per_start:
+            k = next(iter(got.values())).n
+            out.append(f"| {lr:g} | {n} | {metric} | {start} | {k} | "
+                       + " | ".join(f"{got[c].diff:+.3f}" for c in FACTORIAL_CONTRASTS) + " |")
     return out
 
 
@@ -848,6 +922,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="headline, factorial: pair each seed's arms (they share their first rollout step: the same seed "
                         "and starting policy, and where recorded the same first-step score, else refused) and use the "
                         "paired t-test over the seeds both ran instead of Welch's (the factorial kind always pairs)")
+    p.add_argument("--starts-by-seed", action="store_true",
+                   help="factorial, staleness, mismatch, headline --paired: pool seeds that started from different "
+                        "policies as blocks, where all runs of each seed share one start (else refused); the table "
+                        "names each start's seeds, and the factorial adds each start's mean contrasts as a description")
     p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
     p.add_argument("--metrics", default=",".join(FACTORIAL_METRICS),
                    help=f"factorial: the endpoints tested, any of {', '.join(FACTORIAL_METRICS)} (default both; the "
@@ -922,13 +1000,21 @@ def run(args: argparse.Namespace) -> int:
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
     note: list[str] = []
-    if args.kind != "calib":  # the other kinds pool runs over seeds
+    by_start: dict[str, list[int]] = {}
+    if args.starts_by_seed:
+        if args.kind not in ("factorial", "staleness", "mismatch") and not (args.kind == "headline" and args.paired):
+            raise TableError(f"--starts-by-seed pools seeds as blocks: it applies to the factorial, staleness and mismatch "
+                             f"tables and to headline --paired, not to {args.kind}{' without --paired' * (args.kind == 'headline')}")
+        by_start = starts_by_seed(rows)
+        note = _starts_note(by_start)
+    elif args.kind != "calib":  # the other kinds pool runs over seeds
         _check_one_start(rows)
         note = _start_note(args)
     if args.kind == "replay":
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "factorial":
-        lines = factorial_table(rows, margin=args.margin, method=args.adjust, metrics=_metrics(args))
+        lines = factorial_table(rows, margin=args.margin, method=args.adjust, metrics=_metrics(args),
+                                starts=by_start)
     elif args.kind == "breakdown":
         lines = breakdown_table(rows)
     elif args.kind == "mismatch":

@@ -245,6 +245,77 @@ def test_tables_that_pool_seeds_refuse_two_starting_policies(tmp_path, capsys):
     assert "| 3e-05 | 4 | grpo | 0.500 ± 0.000 (3) |" in capsys.readouterr().out
 
 
+def test_starts_by_seed_pools_seeds_of_two_starts_as_blocks(tmp_path, capsys):
+    # the runs of the refusal test above: grpo seeds 0 and 1 from weights 0123…, seed 2 from fedc…, seed 3 none
+    import argparse
+
+    from respo.study.tables import add_arguments, run as table_run
+    for seed, sha in ((0, "0123456789abcdef"), (1, "0123456789abcdef"), (2, "fedcba9876543210"), (3, "")):
+        d = _run(tmp_path / "runs", "grpo", 4, seed, [0.5] * 8)
+        cfg = json.loads((d / "config.json").read_text())
+        if sha:
+            cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": sha * 4}
+        (d / "config.json").write_text(json.dumps(cfg))
+    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    # seed 3 recorded no start: blocks cannot be told apart
+    with pytest.raises(TableError, match="--starts-by-seed needs every run's starting policy, and grpo_N4_s3 records none"):
+        table_run(p.parse_args(["staleness", "--starts-by-seed", str(tmp_path / "runs.csv")]))
+    with (tmp_path / "runs.csv").open() as f, (tmp_path / "three.csv").open("w", newline="") as g:
+        csv.writer(g).writerows(r for r in csv.reader(f) if "grpo_N4_s3" not in r)
+    assert table_run(p.parse_args(["staleness", "--starts-by-seed", str(tmp_path / "three.csv")])) == 0
+    out = capsys.readouterr().out
+    assert "grpo, N = 4, lr 3e-05 (3 seeds)" in out
+    assert out.rstrip().endswith("Seeds of 2 starting policies, pooled as blocks (all runs of a seed share one start, so "
+                                 "a per-seed contrast lies within one start; a mean over seeds averages over the starts): "
+                                 "start 0123456789ab: seeds 0, 1; start fedcba987654: seed 2.")
+    # the per-run table names each run's start once the runs hold two
+    assert table_run(p.parse_args(["calib", str(tmp_path / "three.csv")])) == 0
+    calib = capsys.readouterr().out.splitlines()
+    assert calib[0].endswith("| start |") and calib[2].endswith("| 0123456789ab |") and calib[4].endswith("| fedcba987654 |")
+    # only the tables that pool seeds as blocks take it
+    with pytest.raises(TableError, match="it applies to the factorial, staleness and mismatch tables and to headline "
+                                         "--paired, not to headline without --paired"):
+        table_run(p.parse_args(["headline", "--starts-by-seed", str(tmp_path / "three.csv")]))
+
+
+def test_starts_by_seed_refuses_a_seed_of_two_starts_and_lists_seeds_as_ranges():
+    from respo.study.tables import _seed_list, starts_by_seed
+    rows = [_row("respo", s, 0.5, 0.5, start="aaa" if s < 3 else "bbb") for s in (0, 1, 2, 5, 3)]
+    assert starts_by_seed(rows) == {"aaa": [0, 1, 2], "bbb": [3, 5]}
+    assert [_seed_list(x) for x in ([0, 1, 2, 5], [3, 5], [3, 4], [7], [0, 1, 2, 3, 8, 9, 10])] == \
+        ["0–2, 5", "3, 5", "3, 4", "7", "0–3, 8–10"]
+    rows.append(_row("vespo", 1, 0.5, 0.5, start="bbb"))
+    with pytest.raises(TableError, match=r"seed 1's runs started from two policies \(respo_s1 from aaa, vespo_s1 from bbb\)"):
+        starts_by_seed(rows)
+
+
+def test_factorial_over_two_starts_describes_each_starts_seeds():
+    from respo.study.tables import starts_by_seed
+    # the arms of the factorial test below; seed 0 from start "aaa", seeds 1 and 2 from "bbb". Per seed
+    # (c- = ½[(RR − RV) + (VR − VV)], c+ = ½[(RR − VR) + (RV − VV)], cx = (RR − RV) − (VR − VV)):
+    #   seed 0: c- = ½[(.50 − .60) + (.40 − .62)] = −.16, c+ = ½[(.50 − .40) + (.60 − .62)] = .04, cx = −.10 + .22 = .12
+    #   seed 1: c- = ½[(.60 − .68) + (.52 − .70)] = −.13, c+ = ½[(.60 − .52) + (.68 − .70)] = .03, cx = −.08 + .18 = .10
+    #   seed 2: c- = ½[(.55 − .65) + (.42 − .66)] = −.17, c+ = ½[(.55 − .42) + (.65 − .66)] = .06, cx = −.10 + .24 = .14
+    # start aaa (seed 0): −.160, +.040, +.120; start bbb (seeds 1, 2): −.150, +.045, +.120
+    arms = {"respo": [0.50, 0.60, 0.55], "respo+/vespo-": [0.60, 0.68, 0.65],
+            "vespo+/respo-": [0.40, 0.52, 0.42], "vespo": [0.62, 0.70, 0.66]}
+    rows = [_row(o, s, x, x, start="aaa" if s == 0 else "bbb") for o, xs in arms.items() for s, x in enumerate(xs)]
+    starts = starts_by_seed(rows)
+    lines = factorial_table(rows, method="holm", metrics=("pass@1",), starts=starts)
+    # the declared test pools the three seeds as before (−.153, p .006)
+    assert any(ln.startswith("| 3e-05 | 8 | pass@1 | negative branch | 3 | -0.153 |") for ln in lines)
+    desc = {ln.split(" | ")[3]: ln for ln in lines if ln.startswith("| 3e-05 | 8 | pass@1 | aaa") or
+            ln.startswith("| 3e-05 | 8 | pass@1 | bbb")}
+    cells = {k: [float(x) for x in ln.strip(" |").split(" | ")[4:]] for k, ln in desc.items()}
+    assert cells["aaa"] == pytest.approx([1, -0.160, 0.040, 0.120], abs=1e-9)
+    assert cells["bbb"] == pytest.approx([2, -0.150, 0.045, 0.120], abs=1e-9)
+    assert "not a further test" in "\n".join(lines)
+    # one start: no description table
+    assert not any("aaa" in ln for ln in factorial_table(rows, starts={"aaa": [0, 1, 2]}))
+
+
 def test_cli_table_bad_input_is_one_line(tmp_path):
     (tmp_path / "x.csv").write_text("a\n")
     p = subprocess.run([sys.executable, "-m", "respo", "table", "headline", str(tmp_path / "x.csv")], cwd=REPO,

@@ -218,8 +218,12 @@ def test_cuda_update_matches_cpu(setup, dtype):
     torch.testing.assert_close(m_gpu["loss"], m_cpu["loss"], rtol=tol, atol=tol)
     assert torch.isfinite(m_gpu["grad_norm"])
     if dtype == "float32":
+        # AdamW's first step moves each weight by lr * g / (|g| + eps), about lr (1e-3) wherever |g| >> eps:
+        # where |g| is within a few hundred eps the step's size follows the last bits of g, which CPU and GPU
+        # kernels round differently (an H200 moved one of 16384 elements 2.1e-5 from the CPU). A step
+        # taken on the wrong values moves weights by about lr, which 5 % of lr still catches.
         for a, b in zip(w_cpu, w_gpu):
-            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+            torch.testing.assert_close(a, b, rtol=0, atol=0.05 * cfg.lr)
 
 
 CLI_ARGS = ["--warm-start", "false", "--threads", "1", "--prompts", "2", "--group-size", "4", "--max-new-tokens", "12",
