@@ -111,6 +111,24 @@ def _sft_pass_rates(runs: Iterable[Run]) -> str:
     return ": " + "; ".join(f"{', '.join(sorted(rates))} ({on})" for on, rates in said.items())
 
 
+def _starts_section(rows: list[dict]) -> list[str]:
+    """A note, where the runs start from more than one recorded policy (the ``start`` column), naming each
+    start's runs and seeds: the report's tables average over seeds whatever their start."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["start"] or "not recorded", []).append(r)
+    if len(by) < 2:
+        return []
+    from respo.study.tables import _seed_list
+    parts = [f"{start}: {len(rs)} run{'s' * (len(rs) != 1)}, seed{'s' * (len({r['seed'] for r in rs}) != 1)} "
+             f"{_seed_list(sorted({r['seed'] for r in rs}))}" for start, rs in sorted(by.items(), key=lambda kv: min(
+                 r["seed"] for r in kv[1]))]
+    return ["## Starting policies", "",
+            f"These runs start from {len(by)} policies (their weights' hashes, the `start` column of runs.csv): "
+            + "; ".join(parts) + ". The tables below average over seeds whatever their start; where every run of a "
+            "seed shares one start, `respo table ... --starts-by-seed` tests the seeds as blocks.", ""]
+
+
 def _main_section(rows: list[dict], model: str, out_dir: Path, shared_lr: float | None,
                   sweep_dirs: list[Path] = ()) -> list[str]:
     """The main comparison of one model preset: the four main objectives at the modal G and budget."""
@@ -475,6 +493,7 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
               f"{hyperparameters('grpo')['clip_ratio_c']:g}).",
               "", f"![kernels]({p.name})", ""]
     rows = _rows(runs)
+    lines += _starts_section(rows)
     if len(rows) <= OVERLAY_MAX_RUNS:
         lines += _runs_section(rows, out_dir)
     modal = {m: _mode([r["updates"] for r in rows if r["model"] == m]) for m in {r["model"] for r in rows}}

@@ -306,6 +306,24 @@ def test_report_shows_greedy_accuracy_with_the_sweeps_starting_policy(tmp_path):
     assert "greedy accuracy" not in build_report([plain], tmp_path / "report2").read_text()
 
 
+def test_report_names_the_starting_policies_when_runs_hold_two(tmp_path):
+    # grpo seeds 0 and 1 from weights aaaa…, seed 2 from bbbb…: the report says so before its tables
+    sweep = tmp_path / "sweep"
+    for seed, sha in ((0, "a"), (1, "a"), (2, "b")):
+        d = _fake_run(sweep, "grpo", 8, 1e-5, seed, [0.5] * 16)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": sha * 64}
+        (d / "config.json").write_text(json.dumps(cfg))
+    text = build_report([sweep], tmp_path / "report").read_text()
+    section = text.split("## Starting policies")[1].split("\n## ")[0]
+    assert "These runs start from 2 policies" in section
+    assert "aaaaaaaaaaaa: 2 runs, seeds 0, 1; bbbbbbbbbbbb: 1 run, seed 2." in section
+    # one start: no such section
+    one = tmp_path / "one"
+    _fake_run(one, "grpo", 8, 1e-5, 0, [0.5] * 16)
+    assert "## Starting policies" not in build_report([one], tmp_path / "report2").read_text()
+
+
 def test_report_compares_a_few_ordinary_runs(tmp_path):
     # two plain runs (not a study grid): one table row each and one figure with both curves.
     # late mean = mean of the last 16 // 8 = 2 scores: grpo (0.4 + 0.6) / 2 = 0.5, respo (0.7 + 0.9) / 2 = 0.8
