@@ -215,11 +215,12 @@ def test_cli_table_refuses_a_duplicate_run_in_one_line(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
     assert "duplicate run: grpo lr 3e-05 N 4 seed 0" in p.stderr
 
-def test_tables_that_pool_seeds_refuse_two_starting_policies(tmp_path, capsys):
-    # grpo seeds 0 and 1 from weights 0123…, seed 2 from weights fedc…: the headline table would pool them as
-    # one objective's seeds; the calib table lists runs one per row and keeps them; an empty start (a run
-    # recorded before the column) is not told apart from either
-    from respo.study.tables import add_arguments
+def _two_start_runs(tmp_path):
+    """grpo seeds 0 and 1 from weights 0123…, seed 2 from weights fedc…, seed 3 recording none (a run from
+    before the column), in tmp_path/runs.csv; returns `respo table`'s parser and its run function."""
+    import argparse
+
+    from respo.study.tables import add_arguments, run as table_run
     for seed, sha in ((0, "0123456789abcdef"), (1, "0123456789abcdef"), (2, "fedcba9876543210"), (3, "")):
         d = _run(tmp_path / "runs", "grpo", 4, seed, [0.5] * 8)
         cfg = json.loads((d / "config.json").read_text())
@@ -227,11 +228,15 @@ def test_tables_that_pool_seeds_refuse_two_starting_policies(tmp_path, capsys):
             cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": sha * 4}
         (d / "config.json").write_text(json.dumps(cfg))
     write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
-    import argparse
-
-    from respo.study.tables import run as table_run
     p = argparse.ArgumentParser()
     add_arguments(p)
+    return p, table_run
+
+
+def test_tables_that_pool_seeds_refuse_two_starting_policies(tmp_path, capsys):
+    # the headline table would pool the two starts' seeds as one objective's seeds; the calib table lists runs
+    # one per row and keeps them; an empty start (a run recorded before the column) is not told apart from either
+    p, table_run = _two_start_runs(tmp_path)
     with pytest.raises(TableError, match=r"two starting policies in one table: grpo_N4_s0 started from 0123456789ab "
                                          r"and grpo_N4_s2 from fedcba987654"):
         table_run(p.parse_args(["headline", str(tmp_path / "runs.csv")]))
@@ -246,19 +251,7 @@ def test_tables_that_pool_seeds_refuse_two_starting_policies(tmp_path, capsys):
 
 
 def test_starts_by_seed_pools_seeds_of_two_starts_as_blocks(tmp_path, capsys):
-    # the runs of the refusal test above: grpo seeds 0 and 1 from weights 0123…, seed 2 from fedc…, seed 3 none
-    import argparse
-
-    from respo.study.tables import add_arguments, run as table_run
-    for seed, sha in ((0, "0123456789abcdef"), (1, "0123456789abcdef"), (2, "fedcba9876543210"), (3, "")):
-        d = _run(tmp_path / "runs", "grpo", 4, seed, [0.5] * 8)
-        cfg = json.loads((d / "config.json").read_text())
-        if sha:
-            cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": sha * 4}
-        (d / "config.json").write_text(json.dumps(cfg))
-    write_runs_csv(load_runs([tmp_path / "runs"]), tmp_path / "runs.csv")
-    p = argparse.ArgumentParser()
-    add_arguments(p)
+    p, table_run = _two_start_runs(tmp_path)
     # seed 3 recorded no start: blocks cannot be told apart
     with pytest.raises(TableError, match="--starts-by-seed needs every run's starting policy, and grpo_N4_s3 records none"):
         table_run(p.parse_args(["staleness", "--starts-by-seed", str(tmp_path / "runs.csv")]))
