@@ -463,8 +463,11 @@ def _commands_section(dirs: list[Path], report_cmd: str) -> list[str]:
 
 
 def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: float | None = None,
-                 notes: str | Path | None = None, command: str = "", title: str = "Staleness study") -> Path:
-    """Write ``out_dir/report.md`` and its PNGs from the runs under ``dirs``; return the report path."""
+                 notes: str | Path | None = None, command: str = "", title: str = "Staleness study",
+                 keep_rows: bool = False) -> Path:
+    """Write ``out_dir/report.md`` and its PNGs from the runs under ``dirs``; return the report path. With
+    ``keep_rows``, ``out_dir/runs.csv`` keeps the rows it already holds of runs not under ``dirs`` (whose
+    directories are gone), and report.md names them; its sections cover the runs under ``dirs`` only."""
     from respo.study import plots
 
     dirs = [Path(d) for d in dirs]
@@ -505,9 +508,13 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     lines += _ablation_section(main_budget, out_dir)
     lines += _replay_section(main_budget)
     lines += _mismatch_section(main_budget)
-    write_runs_csv(runs, out_dir / "runs.csv")
+    kept = write_runs_csv(runs, out_dir / "runs.csv", keep=keep_rows)
     lines += ["Per-run numbers behind every table (one row per run: coordinates, late mean, early max, held-out "
               "pass@1, diagnostics over stale updates) are in [runs.csv](runs.csv).", ""]
+    if kept:
+        lines += [f"runs.csv also holds the rows of {len(kept)} earlier run{'s' * (len(kept) != 1)} whose directories "
+                  "were not given here, kept as the runs.csv already in this folder recorded them (`--keep-rows`); "
+                  "the sections above cover only the runs given: " + ", ".join(f"`{k}`" for k in kept) + ".", ""]
     unfinished = [r for r in runs if not r.finished]
     lines += ["## Runs not finished", ""]
     if unfinished:
@@ -526,11 +533,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-lr", type=float, default=None, help="lr of the main tables (default: the most-run lr)")
     p.add_argument("--notes", default=None, help="a markdown file included verbatim (the analysis)")
     p.add_argument("--title", default="Staleness study", help="first heading of report.md")
+    p.add_argument("--keep-rows", action="store_true",
+                   help="keep the rows the report directory's runs.csv already holds of runs not given here (their "
+                        "directories are gone); report.md names them and covers only the runs given")
 
 
 def cmd_report(args: argparse.Namespace, command: str) -> int:
     path = build_report(args.sweeps, args.out, shared_lr=args.shared_lr, notes=args.notes, command=command,
-                        title=args.title)
+                        title=args.title, keep_rows=args.keep_rows)
     print(f"report: {path}")
     return 0
 

@@ -184,19 +184,36 @@ def run_row(run: Run) -> dict:
     return row
 
 
-def write_runs_csv(runs: Iterable[Run], path: Path) -> None:
+def write_runs_csv(runs: Iterable[Run], path: Path, *, keep: bool = False) -> list[str]:
     """One `run_row` per run, sorted by run name; NaN written as an empty cell, floats with 6 digits.
-    The file is replaced whole (`write_text_atomic`), never left half-written."""
+    The file is replaced whole (`write_text_atomic`), never left half-written. With ``keep``, the rows of
+    the runs.csv already at ``path`` whose runs are not among ``runs`` (runs whose directories are gone) are
+    kept as they were written (columns added since left empty); returns their run names. A file there that
+    is no runs.csv, or whose columns are not a prefix of `COLUMNS`, raises `TableError`."""
+    runs = list(runs)
+    lines: dict[str, list[str]] = {}
+    if keep and path.is_file():
+        _read_csv(path)  # a runs.csv whose every row parses, or TableError
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader)
+            if header != list(COLUMNS[:len(header)]):
+                raise TableError(f"{path}: its columns are not those of a runs.csv this version writes (or an earlier "
+                                 "one), so its rows cannot be kept")
+            given = {r.path.name for r in runs}
+            lines = {row[0]: row + [""] * (len(COLUMNS) - len(header)) for row in reader if row[0] not in given}
+    for r in runs:
+        row = run_row(r)
+        lines[r.path.name] = ["" if isinstance(v, float) and not math.isfinite(v) else
+                              json.dumps([None if isinstance(x, float) and not math.isfinite(x) else x for x in v])
+                              if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
+                              for v in (row[k] for k in COLUMNS)]
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
     w.writerow(COLUMNS)
-    for r in sorted(runs, key=lambda r: r.path.name):
-        row = run_row(r)
-        w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
-                    json.dumps([None if isinstance(x, float) and not math.isfinite(x) else x for x in v])
-                    if isinstance(v, list) else f"{v:.6g}" if isinstance(v, float) else v
-                    for v in (row[k] for k in COLUMNS)])
+    w.writerows(lines[name] for name in sorted(lines))
     write_text_atomic(path, buf.getvalue(), newline="")
+    return sorted(set(lines) - {r.path.name for r in runs})
 
 
 def _parse(path: Path, line: int, col: str, text: str):

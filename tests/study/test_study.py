@@ -18,6 +18,7 @@ from respo.study.aggregate import (Run, best_per_column, early_max, fmt_cell, la
                                    pass_at_1, pooled_low_fraction, run_mean)
 from respo.study.plots import kernel_coefficients, logw_samples_from_quantiles
 from respo.study.report import build_report
+from respo.study.tables import TableError
 from respo.study.grid import plan
 from respo.study.names import ABLATION_KERNELS, objective_label, run_name
 
@@ -322,6 +323,31 @@ def test_report_names_the_starting_policies_when_runs_hold_two(tmp_path):
     one = tmp_path / "one"
     _fake_run(one, "grpo", 8, 1e-5, 0, [0.5] * 16)
     assert "## Starting policies" not in build_report([one], tmp_path / "report2").read_text()
+
+
+def test_report_keeps_the_rows_of_runs_whose_directories_are_gone(tmp_path):
+    import shutil
+    sweep = tmp_path / "sweep"
+    a = _fake_run(sweep, "grpo", 8, 1e-5, 0, [0.5] * 16)
+    b = _fake_run(sweep, "grpo", 8, 1e-5, 1, [0.7] * 16)
+    build_report([sweep], tmp_path / "report")
+    before = (tmp_path / "report" / "runs.csv").read_text().splitlines()
+    assert [ln.split(",")[0] for ln in before[1:]] == [a.name, b.name]
+    shutil.rmtree(b)
+    # --keep-rows: seed 1's row is kept as written, seed 0's rebuilt from its directory; report.md names the kept run
+    text = build_report([sweep], tmp_path / "report", keep_rows=True).read_text()
+    assert (tmp_path / "report" / "runs.csv").read_text().splitlines() == before
+    assert "runs.csv also holds the rows of 1 earlier run whose directories were not given here" in text
+    assert f"`{b.name}`" in text
+    # without it the runs.csv holds the runs given, as before
+    build_report([sweep], tmp_path / "report")
+    assert (tmp_path / "report" / "runs.csv").read_text().splitlines() == before[:2]
+    # a file there whose columns are not in a runs.csv's order (model and objective swapped) is refused, not merged
+    assert before[0].startswith("run,model,objective,")
+    swapped = "run,objective,model," + before[0][len("run,model,objective,"):]
+    (tmp_path / "report" / "runs.csv").write_text("\n".join([swapped, before[1]]) + "\n")
+    with pytest.raises(TableError, match="its columns are not those of a runs.csv this version writes"):
+        build_report([sweep], tmp_path / "report", keep_rows=True)
 
 
 def test_report_compares_a_few_ordinary_runs(tmp_path):
