@@ -6,7 +6,7 @@
 #   bash reports/real/make_reports.sh runs/real/calib/runs/*             # report, runs.csv and tables from runs
 #   CELLS=calib-b1 bash reports/real/make_reports.sh runs/real/calib-b1/runs/*   # the B = 1 probe of N = 32
 #   CELLS=pilot-b1 bash reports/real/make_reports.sh runs/real/pilot-b1          # the pilot (its sweep directory)
-#   CELLS=branches bash reports/real/make_reports.sh runs/real/branches/runs/*   # the 2 x 2 study of the branches
+#   the 2 x 2 study of the branches: one report per starting policy, made as its page (branches/README.md) says
 # TITLE overrides the report's first heading; CELLS names the folder under reports/real (default calib).
 set -euo pipefail
 PY=${PY:-.venv/bin/python}

@@ -691,8 +691,8 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
                 order = sorted(common)  # by_seed aligns the arms in this order
                 for start, seeds in starts.items():
                     keep = [i for i, seed in enumerate(order) if seed in seeds]
-                    if keep:
-                        per_start.append((lr, n, metric, start, factorial_2x2(*([a[i] for i in keep] for a in arms))))
+                    per_start.append((lr, n, metric, start,
+                                      factorial_2x2(*([a[i] for i in keep] for a in arms)) if keep else None))
     p_adj = adjust([t.p for *_, t, _ in tests], method)
     p_tost = adjust([math.nan if eq is None else eq.p for *_, eq in tests], method)
     name = ADJUST_METHODS[method].split(" (")[0]
@@ -718,10 +718,10 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
                 "above, not a further test).", "",
                 "| lr | N | metric | start | seeds | " + " | ".join(FACTORIAL_CONTRASTS) + " |",
                 "|" + "---|" * (5 + len(FACTORIAL_CONTRASTS))]
-        for lr, n, metric, start, got in per_start:
-            k = next(iter(got.values())).n
+        for lr, n, metric, start, got in per_start:  # got None: no seed of this start holds all four arms yet
+            k = next(iter(got.values())).n if got else 0
             out.append(f"| {lr:g} | {n} | {metric} | {start} | {k} | "
-                       + " | ".join(f"{got[c].diff:+.3f}" for c in FACTORIAL_CONTRASTS) + " |")
+                       + " | ".join(f"{got[c].diff:+.3f}" if got else "—" for c in FACTORIAL_CONTRASTS) + " |")
     return out
 
 

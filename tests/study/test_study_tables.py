@@ -305,6 +305,10 @@ def test_factorial_over_two_starts_describes_each_starts_seeds():
     assert cells["aaa"] == pytest.approx([1, -0.160, 0.040, 0.120], abs=1e-9)
     assert cells["bbb"] == pytest.approx([2, -0.150, 0.045, 0.120], abs=1e-9)
     assert "not a further test" in "\n".join(lines)
+    # a start none of whose seeds holds all four arms yet gets a row without values
+    rows.append(_row("respo", 3, 0.5, 0.5, start="ccc"))
+    lines = factorial_table(rows, method="holm", metrics=("pass@1",), starts=starts_by_seed(rows))
+    assert "| 3e-05 | 8 | pass@1 | ccc | 0 | — | — | — |" in lines
     # one start: no description table
     assert not any("aaa" in ln for ln in factorial_table(rows, starts={"aaa": [0, 1, 2]}))
 
