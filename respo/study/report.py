@@ -32,7 +32,7 @@ from respo.fileio import dir_problem, write_text_atomic
 from respo.study.aggregate import STARVATION_KEYS, Run, fmt_cell, load_runs, mean_std
 from respo.study.paper import paper_figure
 from respo.study.tables import (best_lr_cells, cell_table, column_cells, group_rows, means_row, mismatch_table,
-                                run_row, runs_table, write_runs_csv)
+                                run_row, runs_table, seed_list, write_runs_csv)
 
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "ReportDirError", "OVERLAY_MAX_RUNS"]
 
@@ -119,10 +119,10 @@ def _starts_section(rows: list[dict]) -> list[str]:
         by.setdefault(r["start"] or "not recorded", []).append(r)
     if len(by) < 2:
         return []
-    from respo.study.tables import _seed_list
-    parts = [f"{start}: {len(rs)} run{'s' * (len(rs) != 1)}, seed{'s' * (len({r['seed'] for r in rs}) != 1)} "
-             f"{_seed_list(sorted({r['seed'] for r in rs}))}" for start, rs in sorted(by.items(), key=lambda kv: min(
-                 r["seed"] for r in kv[1]))]
+    parts = []
+    for start, rs in sorted(by.items(), key=lambda kv: min(r["seed"] for r in kv[1])):  # by first seed
+        seeds = sorted({r["seed"] for r in rs})
+        parts.append(f"{start}: {len(rs)} run{'s' * (len(rs) != 1)}, seed{'s' * (len(seeds) != 1)} {seed_list(seeds)}")
     return ["## Starting policies", "",
             f"These runs start from {len(by)} policies (their weights' hashes, the `start` column of runs.csv): "
             + "; ".join(parts) + ". The tables below average over seeds whatever their start; where every run of a "

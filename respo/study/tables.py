@@ -85,8 +85,9 @@ from respo.train.config import rule
 from respo.train.scores import early_count, late_count
 
 __all__ = ["COLUMNS", "CSV_METRICS", "CSV_SAME_BATCH", "CSV_MISMATCH", "EDGE_UPDATES", "TableError", "run_row",
-           "write_runs_csv", "read_rows", "calib_table", "headline_tables", "staleness_tables", "STALENESS_METRICS",
-           "regime_table", "replay_table", "mismatch_table", "fill", "add_arguments", "run"]
+           "write_runs_csv", "seed_list", "starts_by_seed", "read_rows", "calib_table", "headline_tables",
+           "staleness_tables", "STALENESS_METRICS", "regime_table", "replay_table", "mismatch_table", "fill",
+           "add_arguments", "run"]
 
 #: runs.csv's ``stale_mean:<metric>`` columns: per-update metrics averaged over stale updates.
 CSV_METRICS = ("frac_pos_low_w", "pos_low_w_mass_share", "frac_starved", "kl_k3", "approx_kl", "coef_mean",
@@ -349,7 +350,7 @@ def starts_by_seed(rows: Sequence[dict]) -> dict[str, list[int]]:
     return by_start
 
 
-def _seed_list(seeds: Sequence[int]) -> str:
+def seed_list(seeds: Sequence[int]) -> str:
     """0, 1, 2, 5 -> '0–2, 5': runs of consecutive seeds as ranges."""
     parts, i = [], 0
     while i < len(seeds):
@@ -367,7 +368,7 @@ def _starts_note(by_start: dict[str, list[int]]) -> list[str]:
         return []
     return ["", f"Seeds of {len(by_start)} starting policies, pooled as blocks (all runs of a seed share one start, so "
             "a per-seed contrast lies within one start; a mean over seeds averages over the starts): "
-            + "; ".join(f"start {start}: seed{'s' * (len(seeds) != 1)} {_seed_list(seeds)}"
+            + "; ".join(f"start {start}: seed{'s' * (len(seeds) != 1)} {seed_list(seeds)}"
                         for start, seeds in by_start.items()) + "."]
 
 

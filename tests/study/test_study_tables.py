@@ -274,10 +274,10 @@ def test_starts_by_seed_pools_seeds_of_two_starts_as_blocks(tmp_path, capsys):
 
 
 def test_starts_by_seed_refuses_a_seed_of_two_starts_and_lists_seeds_as_ranges():
-    from respo.study.tables import _seed_list, starts_by_seed
+    from respo.study.tables import seed_list, starts_by_seed
     rows = [_row("respo", s, 0.5, 0.5, start="aaa" if s < 3 else "bbb") for s in (0, 1, 2, 5, 3)]
     assert starts_by_seed(rows) == {"aaa": [0, 1, 2], "bbb": [3, 5]}
-    assert [_seed_list(x) for x in ([0, 1, 2, 5], [3, 5], [3, 4], [7], [0, 1, 2, 3, 8, 9, 10])] == \
+    assert [seed_list(x) for x in ([0, 1, 2, 5], [3, 5], [3, 4], [7], [0, 1, 2, 3, 8, 9, 10])] == \
         ["0–2, 5", "3, 5", "3, 4", "7", "0–3, 8–10"]
     rows.append(_row("vespo", 1, 0.5, 0.5, start="bbb"))
     with pytest.raises(TableError, match=r"seed 1's runs started from two policies \(respo_s1 from aaa, vespo_s1 from bbb\)"):
