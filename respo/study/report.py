@@ -32,7 +32,7 @@ from respo.fileio import dir_problem, write_text_atomic
 from respo.study.aggregate import STARVATION_KEYS, Run, fmt_cell, load_runs, mean_std
 from respo.study.paper import paper_figure
 from respo.study.tables import (best_lr_cells, cell_table, column_cells, group_rows, means_row, mismatch_table,
-                                run_row, runs_table, seed_list, write_runs_csv)
+                                read_rows, run_row, runs_table, seed_list, write_runs_csv)
 
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "ReportDirError", "OVERLAY_MAX_RUNS"]
 
@@ -66,8 +66,23 @@ def _rows(runs: Iterable[Run]) -> list[dict]:
 
 
 def _runs(groups: dict[tuple, list[dict]]) -> dict[tuple, list[Run]]:
-    """The runs behind grouped rows, for the figures."""
-    return {k: [r["_run"] for r in rs] for k, rs in groups.items()}
+    """The runs behind grouped rows, for the figures: kept rows (`--keep-rows`) have no run directory to draw
+    from, so a group of kept rows alone is left out."""
+    runs = {k: [r["_run"] for r in rs if "_run" in r] for k, rs in groups.items()}
+    return {k: v for k, v in runs.items() if v}
+
+
+def _given(rows: Iterable[dict]) -> list[Run]:
+    """The runs given as directories among ``rows`` (not the kept rows)."""
+    return [r["_run"] for r in rows if "_run" in r]
+
+
+def _figure(alt: str, runs, draw) -> list[str]:
+    """``draw()``'s figure as a markdown image, or a line saying why there is none: every run it would show is a
+    kept row (`--keep-rows`), with no per-update log to draw."""
+    if not runs:
+        return ["No figure: its runs are kept rows whose directories were not given.", ""]
+    return [f"![{alt}]({draw().name})", ""]
 
 
 def _shared_lr(rows: list[dict], objectives: list[str]) -> float | None:
@@ -172,9 +187,11 @@ def _shared_lr_tables(at_lr: list[dict], g: dict, objs: list[str], Ns: list[int]
     lines += ["", "### Early max (best training score in the first quarter)", ""]
     lines += cell_table(objs, Ns, column_cells(g, "early_max"), **by_n)
     lines += ["", "### Held-out sampled pass@1 after training (temperature 1)", ""]
-    ev_n = sorted({((r["_run"].summary or {}).get("eval_after") or {}).get("prompts") for r in at_lr} - {None})
-    ev_k = sorted({((r["_run"].summary or {}).get("eval_after") or {}).get("k") for r in at_lr} - {None})
-    lines += [f"Held-out prompts: {ev_n}, samples per prompt k = {ev_k}; pass@1 = mean correctness of the k samples.", ""]
+    ev_n = sorted({((r.summary or {}).get("eval_after") or {}).get("prompts") for r in _given(at_lr)} - {None})
+    ev_k = sorted({((r.summary or {}).get("eval_after") or {}).get("k") for r in _given(at_lr)} - {None})
+    lines += [f"Held-out prompts: {ev_n}, samples per prompt k = {ev_k}; pass@1 = mean correctness of the k samples."
+              if ev_n else "pass@1 = mean correctness of the k samples per held-out prompt (the number of prompts and k "
+              "are in the runs' summary.json, not in the kept rows).", ""]
     lines += cell_table(objs, Ns, column_cells(g, "pass@1"), **by_n)
     baselines = [b["eval"] for b in _baselines(sweep_dirs, model)]
 
@@ -187,8 +204,10 @@ def _shared_lr_tables(at_lr: list[dict], g: dict, objs: list[str], Ns: list[int]
         lines += ["", "### Held-out greedy accuracy after training (one decode per prompt, the same prompts)", ""]
         lines += cell_table(objs, Ns, greedy, **by_n)
         lines += [before_row(f"{ev['greedy_acc']:.3f}") for ev in baselines if ev.get("greedy_acc") is not None]
+    if not _given(at_lr):  # the SFT record is in the run's config.json, not in its row
+        return lines + [""]
     return lines + ["", f"Starting policy's sampled pass rate as recorded by its SFT"
-                    f"{_sft_pass_rates(r['_run'] for r in at_lr)}.", ""]
+                    f"{_sft_pass_rates(_given(at_lr))}.", ""]
 
 
 def _best_lr_tables(base: list[dict], objs: list[str], model: str, heatmap: Path) -> list[str]:
@@ -247,13 +266,9 @@ def _curves_and_kl(g: dict, objs: list[str], Ns: list[int], model: str, lr: floa
     from respo.study import plots
 
     gr = _runs(g)
-    p = plots.plot_curves(gr, out_dir / f"curves_{tag}.png", title=f"{model}, lr {lr:g}: training score per update "
-                                                                        "(line: seed mean, band: seed min..max)")
-    lines = ["### Training curves", "", f"![training curves]({p.name})", ""]
-    p1 = plots.plot_metric_curves(gr, "kl_k3", out_dir / f"kl_{tag}.png", ylabel="k3 KL(π_old‖π_θ) per token",
-                                  smooth=1, log_y=True, title=f"{model}, lr {lr:g}: per-update KL to the behaviour policy")
-    p2 = plots.plot_metric_curves(gr, "coef_mean", out_dir / f"coef_{tag}.png", ylabel="coef_mean = Σφ/n", smooth=1,
-                                  title=f"{model}, lr {lr:g}: mean coefficient per update")
+    lines = ["### Training curves", ""] + _figure("training curves", gr, lambda: plots.plot_curves(
+        gr, out_dir / f"curves_{tag}.png", title=f"{model}, lr {lr:g}: training score per update "
+                                                   "(line: seed mean, band: seed min..max)"))
     lines += ["### KL to the behaviour policy and mean coefficient", "",
               "Means over the updates with staleness > 0 (the first mini-batch of each rollout step has log W = 0 "
               "exactly), then over seeds. kl_k3: per-token k3 estimate of KL(π_old ‖ π_θ); coef_mean = Σφ/n over "
@@ -268,7 +283,13 @@ def _curves_and_kl(g: dict, objs: list[str], Ns: list[int], model: str, lr: floa
             lines.append(means_row((o, n), rs, [f"stale_mean:{k}" for k in (
                 "kl_k3", "approx_kl", "coef_mean", "phi/pos_mean", "phi/neg_mean", "log_w/p10", "log_w/p50")],
                 (4, 4, 3, 3, 3, 3, 3)))
-    return lines + ["", f"![KL]({p1.name})", "", f"![mean coefficient]({p2.name})", ""]
+    return (lines + [""]
+            + _figure("KL", gr, lambda: plots.plot_metric_curves(
+                gr, "kl_k3", out_dir / f"kl_{tag}.png", ylabel="k3 KL(π_old‖π_θ) per token", smooth=1, log_y=True,
+                title=f"{model}, lr {lr:g}: per-update KL to the behaviour policy"))
+            + _figure("mean coefficient", gr, lambda: plots.plot_metric_curves(
+                gr, "coef_mean", out_dir / f"coef_{tag}.png", ylabel="coef_mean = Σφ/n", smooth=1,
+                title=f"{model}, lr {lr:g}: mean coefficient per update")))
 
 
 def _starvation_tables(g: dict, objs: list[str], Ns: list[int], model: str, lr: float, hist: Path) -> list[str]:
@@ -291,12 +312,13 @@ def _starvation_tables(g: dict, objs: list[str], Ns: list[int], model: str, lr: 
             rs = g.get((o, n), [])
             if rs:
                 lines.append(means_row((o, n), rs, [f"stale_mean:{k}" for k in STARVATION_KEYS], (3, 3, 3)))
-    p = plots.plot_logw_hist(_runs(g), hist, title=f"{model}, lr {lr:g}: log W, early (first quarter) vs late (last "
-                                                   "eighth), stale updates")
+    gr = _runs(g)
     return lines + ["", "### log W histograms", "",
                     "Reconstructed from the per-update quantiles the trainer logs (1, 10, 50, 90, 99 %; piecewise-linear "
-                    "inverse CDF between them, tails beyond 1 %/99 % not shown), pooled over stale updates and seeds.", "",
-                    f"![log W histograms]({p.name})", ""]
+                    "inverse CDF between them, tails beyond 1 %/99 % not shown), pooled over stale updates and seeds.",
+                    ""] + _figure("log W histograms", gr, lambda: plots.plot_logw_hist(
+                        gr, hist, title=f"{model}, lr {lr:g}: log W, early (first quarter) vs late (last eighth), "
+                                        "stale updates"))
 
 
 def _mode(xs: list):
@@ -308,11 +330,11 @@ def _runs_section(rows: list[dict], out_dir: Path) -> list[str]:
     """A few runs side by side (any runs, not only a study grid): one row each, curves overlaid."""
     from respo.study import plots
 
-    rows = sorted(rows, key=lambda r: str(r["_run"].path))
+    rows = sorted(rows, key=lambda r: r["run"])
     lines = ["## Runs compared", ""] + runs_table(rows)
-    p = plots.plot_runs_overlay([r["_run"] for r in rows], out_dir / "runs_compared.png", title="training score per run")
-    lines += ["", f"![runs compared]({p.name})", ""]
-    return lines
+    given = _given(rows)
+    return lines + [""] + _figure("runs compared", given, lambda: plots.plot_runs_overlay(
+        given, out_dir / "runs_compared.png", title="training score per run"))
 
 
 def _budget_section(rows: list[dict]) -> list[str]:
@@ -398,8 +420,9 @@ def _ablation_section(rows: list[dict], out_dir: Path) -> list[str]:
                     lines.append(means_row((o, n), rs, [f"stale_mean:{k}" for k in (
                         "phi/neg_mean", "phi/pos_mean", "kl_k3", "frac_pos_low_w", "log_w/p10")], (3, 3, 4, 3, 3)))
         tag = f"{model}_G{G}_lr{lr:g}".replace("/", "_")
-        p = plots.plot_curves(_runs(g), out_dir / f"ablation_{tag}.png", title=f"branch ablation, {model}, lr {lr:g}")
-        lines += ["", f"![ablation curves]({p.name})", ""]
+        gr = _runs(g)
+        lines += [""] + _figure("ablation curves", gr, lambda: plots.plot_curves(
+            gr, out_dir / f"ablation_{tag}.png", title=f"branch ablation, {model}, lr {lr:g}"))
     return lines
 
 
@@ -467,7 +490,8 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
                  keep_rows: bool = False) -> Path:
     """Write ``out_dir/report.md`` and its PNGs from the runs under ``dirs``; return the report path. With
     ``keep_rows``, ``out_dir/runs.csv`` keeps the rows it already holds of runs not under ``dirs`` (whose
-    directories are gone), and report.md names them; its sections cover the runs under ``dirs`` only."""
+    directories are gone): they count in every table as the runs under ``dirs`` do, report.md names them, and
+    the figures, which need a run's per-update log, show the runs under ``dirs`` only."""
     from respo.study import plots
 
     dirs = [Path(d) for d in dirs]
@@ -478,12 +502,17 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     runs = load_runs(dirs)
     if not runs:
         raise NoRunsError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")
+    given = {r.path.name for r in runs}
+    old_csv = out_dir / "runs.csv"
+    kept_rows = [r for r in read_rows([old_csv])[0] if r["run"] not in given] if keep_rows and old_csv.is_file() else []
     out_dir.mkdir(parents=True, exist_ok=True)
     fin = [r for r in runs if r.finished]
+    also = (f" and the runs.csv rows of {len(kept_rows)} earlier run{'s' * (len(kept_rows) != 1)} (`--keep-rows`)"
+            if kept_rows else "")
     lines = [f"# {title}", "",
              f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `respo report` from "
-             f"{len(runs)} run directories ({len(fin)} finished). Every number below is computed from the run files "
-             "(config.json, metrics.jsonl, summary.json). Training score = (r + 1)/2 with r = ±1, averaged over the "
+             f"{len(runs)} run directories ({len(fin)} finished){also}. Every number below is computed from the run "
+             "files (config.json, metrics.jsonl, summary.json) or those rows. Training score = (r + 1)/2 with r = ±1, averaged over the "
              "mini-batch of each update. Late mean = mean over the last eighth of the updates; early max = best "
              "over the first quarter.", ""]
     if notes and Path(notes).is_file():
@@ -495,7 +524,7 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at "
               f"{hyperparameters('grpo')['clip_ratio_c']:g}).",
               "", f"![kernels]({p.name})", ""]
-    rows = _rows(runs)
+    rows = _rows(runs) + kept_rows
     lines += _starts_section(rows)
     if len(rows) <= OVERLAY_MAX_RUNS:
         lines += _runs_section(rows, out_dir)
@@ -512,9 +541,11 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     lines += ["Per-run numbers behind every table (one row per run: coordinates, late mean, early max, held-out "
               "pass@1, diagnostics over stale updates) are in [runs.csv](runs.csv).", ""]
     if kept:
-        lines += [f"runs.csv also holds the rows of {len(kept)} earlier run{'s' * (len(kept) != 1)} whose directories "
-                  "were not given here, kept as the runs.csv already in this folder recorded them (`--keep-rows`); "
-                  "the sections above cover only the runs given: " + ", ".join(f"`{k}`" for k in kept) + ".", ""]
+        one = len(kept) == 1
+        lines += [f"The tables also hold {len(kept)} earlier run{'s' * (not one)} whose director"
+                  f"{'y was' if one else 'ies were'} not given here, from the rows the runs.csv already in this folder "
+                  "recorded (`--keep-rows`): " + ", ".join(f"`{k}`" for k in kept) + ". Their rows are kept in "
+                  "runs.csv as written; the figures show only the runs whose directories were given.", ""]
     unfinished = [r for r in runs if not r.finished]
     lines += ["## Runs not finished", ""]
     if unfinished:
@@ -535,7 +566,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--title", default="Staleness study", help="first heading of report.md")
     p.add_argument("--keep-rows", action="store_true",
                    help="keep the rows the report directory's runs.csv already holds of runs not given here (their "
-                        "directories are gone); report.md names them and covers only the runs given")
+                        "directories are gone); they count in report.md's tables, which name them, and only the figures "
+                        "leave them out")
 
 
 def cmd_report(args: argparse.Namespace, command: str) -> int:

@@ -334,11 +334,35 @@ def test_report_keeps_the_rows_of_runs_whose_directories_are_gone(tmp_path):
     before = (tmp_path / "report" / "runs.csv").read_text().splitlines()
     assert [ln.split(",")[0] for ln in before[1:]] == [a.name, b.name]
     shutil.rmtree(b)
+    for png in (tmp_path / "report").glob("*.png"):  # the figures below must be drawn again, from seed 0 alone
+        png.unlink()
     # --keep-rows: seed 1's row is kept as written, seed 0's rebuilt from its directory; report.md names the kept run
     text = build_report([sweep], tmp_path / "report", keep_rows=True).read_text()
     assert (tmp_path / "report" / "runs.csv").read_text().splitlines() == before
-    assert "runs.csv also holds the rows of 1 earlier run whose directories were not given here" in text
+    assert "The tables also hold 1 earlier run whose directory was not given here" in text
     assert f"`{b.name}`" in text
+    # ... and its row counts in every table: late mean over the two seeds = (0.5 + 0.7)/2 = 0.600, sample std
+    # |0.7 - 0.5|/sqrt(2) = 0.141; the runs-compared table lists both runs, the figures only the run given
+    late = text.split("### Late mean")[1].split("\n\n", 2)[1]
+    assert "| grpo | **0.600 ± 0.141 (2)** |" in late
+    runs_rows = [ln for ln in text.split("## Runs compared")[1].split("\n## ")[0].splitlines() if ln.startswith("| `")]
+    assert [ln.split("`")[1] for ln in runs_rows] == [a.name, b.name]
+    assert "figures show only the runs whose directories were given" in text
+    for fig in ("runs_compared.png", "curves_tiny-dense.png", "logw_hist_tiny-dense.png"):
+        assert (tmp_path / "report" / fig).is_file()
+    # a model whose every run is a kept row gets its tables and, in place of each figure, a line saying why not
+    m = _fake_run(tmp_path / "moe", "grpo", 8, 1e-5, 7, [0.25] * 16)  # a seed of its own: rows are keyed by run name
+    cfg = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**cfg, "model": "tiny-moe"}))
+    build_report([sweep, tmp_path / "moe"], tmp_path / "report", keep_rows=True)
+    shutil.rmtree(m)
+    text = build_report([sweep], tmp_path / "report", keep_rows=True).read_text()
+    moe = text.split("## Main comparison: tiny-moe")[1].split("\n## ")[0]
+    assert "| grpo | **0.250 (1)** |" in moe  # late mean of the kept row alone (one seed: no std)
+    assert moe.count("No figure: its runs are kept rows whose directories were not given.") == 4  # curves, KL, coef, hist
+    assert "the number of prompts and k are in the runs' summary.json, not in the kept rows" in moe
+    assert "Starting policy's sampled pass rate" not in moe  # the SFT record is in config.json, not in the row
+    assert "The tables also hold 2 earlier runs whose directories were not given here" in text
     # without it the runs.csv holds the runs given, as before
     build_report([sweep], tmp_path / "report")
     assert (tmp_path / "report" / "runs.csv").read_text().splitlines() == before[:2]
