@@ -491,7 +491,8 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     """Write ``out_dir/report.md`` and its PNGs from the runs under ``dirs``; return the report path. With
     ``keep_rows``, ``out_dir/runs.csv`` keeps the rows it already holds of runs not under ``dirs`` (whose
     directories are gone): they count in every table as the runs under ``dirs`` do, report.md names them, and
-    the figures, which need a run's per-update log, show the runs under ``dirs`` only."""
+    the figures, which need a run's per-update log, show the runs under ``dirs`` only. With ``keep_rows`` and no
+    ``dirs``, report.md is redrawn from the kept rows alone (every figure that needs a log says so)."""
     from respo.study import plots
 
     dirs = [Path(d) for d in dirs]
@@ -499,19 +500,24 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     problem = dir_problem(out_dir, "report directory", "--out")
     if problem:
         raise ReportDirError(problem)
-    runs = load_runs(dirs)
-    if not runs:
+    if not dirs and not keep_rows:
+        raise NoRunsError("no runs to report: give a sweep or run directory, or --keep-rows to redraw the report "
+                          "folder's report.md from the rows of its runs.csv")
+    runs = load_runs(dirs) if dirs else []
+    if dirs and not runs:
         raise NoRunsError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")
     given = {r.path.name for r in runs}
     old_csv = out_dir / "runs.csv"
     kept_rows = [r for r in read_rows([old_csv])[0] if r["run"] not in given] if keep_rows and old_csv.is_file() else []
+    if not runs and not kept_rows:
+        raise NoRunsError(f"no runs.csv rows to keep in {out_dir} and no run directory given: nothing to report")
     out_dir.mkdir(parents=True, exist_ok=True)
     fin = [r for r in runs if r.finished]
     also = (f" and the runs.csv rows of {len(kept_rows)} earlier run{'s' * (len(kept_rows) != 1)} (`--keep-rows`)"
             if kept_rows else "")
     lines = [f"# {title}", "",
              f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `respo report` from "
-             f"{len(runs)} run directories ({len(fin)} finished){also}. Every number below is computed from the run "
+             f"{f'{len(runs)} run directories ({len(fin)} finished)' if runs else 'no run directory'}{also}. Every number below is computed from the run "
              "files (config.json, metrics.jsonl, summary.json) or those rows. Training score = (r + 1)/2 with r = ±1, averaged over the "
              "mini-batch of each update. Late mean = mean over the last eighth of the updates; early max = best "
              "over the first quarter.", ""]
@@ -559,7 +565,8 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sweeps", nargs="+", help="sweep directories (or run directories)")
+    p.add_argument("sweeps", nargs="*", help="sweep directories (or run directories); none with --keep-rows "
+                                             "redraws the report from its runs.csv rows alone")
     p.add_argument("--out", default="reports/staleness", help="report directory (report.md + PNGs)")
     p.add_argument("--shared-lr", type=float, default=None, help="lr of the main tables (default: the most-run lr)")
     p.add_argument("--notes", default=None, help="a markdown file included verbatim (the analysis)")

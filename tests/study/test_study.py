@@ -374,6 +374,34 @@ def test_report_keeps_the_rows_of_runs_whose_directories_are_gone(tmp_path):
         build_report([sweep], tmp_path / "report", keep_rows=True)
 
 
+def test_report_is_redrawn_from_its_kept_rows_when_no_run_directory_is_left(tmp_path):
+    import shutil
+    from respo.errors import RespoError
+
+    sweep = tmp_path / "sweep"
+    a = _fake_run(sweep, "grpo", 8, 1e-5, 0, [0.5] * 16)
+    b = _fake_run(sweep, "grpo", 8, 1e-5, 1, [0.7] * 16)
+    build_report([sweep], tmp_path / "report")
+    before = (tmp_path / "report" / "runs.csv").read_text().splitlines()
+    shutil.rmtree(sweep)
+    # a row taken out of the folder's runs.csv by hand (e.g. a run set aside) leaves the tables when the report is
+    # redrawn from the rows alone: seed 0's late mean 0.5 stays, one seed, no std
+    (tmp_path / "report" / "runs.csv").write_text("\n".join(before[:2]) + "\n")
+    text = build_report([], tmp_path / "report", keep_rows=True).read_text()
+    assert (tmp_path / "report" / "runs.csv").read_text().splitlines() == before[:2]
+    assert "from no run directory and the runs.csv rows of 1 earlier run (`--keep-rows`)" in text
+    late = text.split("### Late mean")[1].split("\n\n", 2)[1]
+    assert "| grpo | **0.500 (1)** |" in late
+    assert f"`{b.name}`" not in text and f"`{a.name}`" in text
+    assert "No figure: its runs are kept rows whose directories were not given." in text
+    # with no run directory the rows are all there is: without --keep-rows, or with no rows to keep, it is an error
+    with pytest.raises(RespoError, match="give a sweep or run directory, or --keep-rows"):
+        build_report([], tmp_path / "report")
+    with pytest.raises(RespoError, match="no runs.csv rows to keep in"):
+        build_report([], tmp_path / "fresh", keep_rows=True)
+    assert not (tmp_path / "fresh").exists()
+
+
 def test_report_compares_a_few_ordinary_runs(tmp_path):
     # two plain runs (not a study grid): one table row each and one figure with both curves.
     # late mean = mean of the last 16 // 8 = 2 scores: grpo (0.4 + 0.6) / 2 = 0.5, respo (0.7 + 0.9) / 2 = 0.8
