@@ -325,14 +325,21 @@ def test_report_names_the_starting_policies_when_runs_hold_two(tmp_path):
     assert "## Starting policies" not in build_report([one], tmp_path / "report2").read_text()
 
 
-def test_report_keeps_the_rows_of_runs_whose_directories_are_gone(tmp_path):
-    import shutil
+def _two_seeds_reported(tmp_path):
+    """Two GRPO seeds (every score 0.5, every score 0.7) under ``tmp_path/sweep``, reported to
+    ``tmp_path/report``: (sweep, run a, run b, the report's runs.csv lines)."""
     sweep = tmp_path / "sweep"
     a = _fake_run(sweep, "grpo", 8, 1e-5, 0, [0.5] * 16)
     b = _fake_run(sweep, "grpo", 8, 1e-5, 1, [0.7] * 16)
     build_report([sweep], tmp_path / "report")
     before = (tmp_path / "report" / "runs.csv").read_text().splitlines()
     assert [ln.split(",")[0] for ln in before[1:]] == [a.name, b.name]
+    return sweep, a, b, before
+
+
+def test_report_keeps_the_rows_of_runs_whose_directories_are_gone(tmp_path):
+    import shutil
+    sweep, a, b, before = _two_seeds_reported(tmp_path)
     shutil.rmtree(b)
     for png in (tmp_path / "report").glob("*.png"):  # the figures below must be drawn again, from seed 0 alone
         png.unlink()
@@ -378,11 +385,7 @@ def test_report_is_redrawn_from_its_kept_rows_when_no_run_directory_is_left(tmp_
     import shutil
     from respo.errors import RespoError
 
-    sweep = tmp_path / "sweep"
-    a = _fake_run(sweep, "grpo", 8, 1e-5, 0, [0.5] * 16)
-    b = _fake_run(sweep, "grpo", 8, 1e-5, 1, [0.7] * 16)
-    build_report([sweep], tmp_path / "report")
-    before = (tmp_path / "report" / "runs.csv").read_text().splitlines()
+    sweep, a, b, before = _two_seeds_reported(tmp_path)
     shutil.rmtree(sweep)
     # a row taken out of the folder's runs.csv by hand (e.g. a run set aside) leaves the tables when the report is
     # redrawn from the rows alone: seed 0's late mean 0.5 stays, one seed, no std
