@@ -653,21 +653,25 @@ def mismatch_table(rows: list[dict]) -> list[str]:
 FACTORIAL_ARMS = ("respo", "respo+/vespo-", "vespo+/respo-", "vespo")
 
 
-FACTORIAL_METRICS = {"late_mean": "late mean", "pass@1": "pass@1"}
+FACTORIAL_METRICS = {"late_mean": "late mean", "pass@1": "pass@1", "greedy_acc": "greedy"}
+#: The endpoints `respo table factorial` tests when ``--metrics`` is not given.
+FACTORIAL_DEFAULT = ("late_mean", "pass@1")
 
 
 def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh",
-                    metrics: tuple[str, ...] = ("late_mean", "pass@1"),
+                    metrics: tuple[str, ...] = FACTORIAL_DEFAULT,
                     starts: dict[str, list[int]] | None = None) -> list[str]:
     """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
     the negative-branch and positive-branch main effects and their interaction
-    (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1, each a one-sample t-test over the
+    (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1 (or greedy accuracy), each a one-sample t-test over the
     seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
     interval, the p value adjusted over the table's contrasts, TOST within ±δ, the contrast's SD over seeds with
     the minimum effect those seeds detect at 80 % power (`respo.study.stats.min_detectable`, unadjusted α) and a
     verdict on the sign.
     ``metrics`` (keys of `FACTORIAL_METRICS`) are the endpoints tested: a study that declared one endpoint
-    adjusts over its three contrasts only.
+    adjusts over its three contrasts only, and tests a secondary endpoint (greedy accuracy) in a table of its
+    own. A seed whose runs lack the endpoint (empty: runs from before greedy accuracy was recorded) is in none
+    of that endpoint's contrasts.
     ``starts`` (`starts_by_seed`: each starting policy's seeds), when it holds two or more: the seeds are pooled
     as blocks, and a second table gives each start's mean contrasts over its seeds, a description beside the
     tests, not further tests."""
@@ -945,9 +949,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "policies as blocks, where all runs of each seed share one start (else refused); the table "
                         "names each start's seeds, and the factorial adds each start's mean contrasts as a description")
     p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
-    p.add_argument("--metrics", default=",".join(FACTORIAL_METRICS),
-                   help=f"factorial: the endpoints tested, any of {', '.join(FACTORIAL_METRICS)} (default both; the "
-                        "adjustment is over their contrasts only)")
+    p.add_argument("--metrics", default=",".join(FACTORIAL_DEFAULT),
+                   help=f"factorial: the endpoints tested, any of {', '.join(FACTORIAL_METRICS)} (default "
+                        f"{','.join(FACTORIAL_DEFAULT)}; the adjustment is over their contrasts only)")
     p.add_argument("--model", default="tiny-dense", help="only runs of this model (default tiny-dense)")
     p.add_argument("--group-size", type=int, default=8, help="only runs with this G (default 8)")
     p.add_argument("--objectives", default=None, help="comma-separated objectives to keep (default: all)")
@@ -999,7 +1003,7 @@ def run(args: argparse.Namespace) -> int:
         raise TableError(f"--paired applies to the headline and factorial tables, not to {args.kind}")
     if args.cost and args.kind != "calib":
         raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
-    if args.metrics != ",".join(FACTORIAL_METRICS) and args.kind != "factorial":
+    if args.metrics != ",".join(FACTORIAL_DEFAULT) and args.kind != "factorial":
         raise TableError(f"--metrics chooses the factorial table's endpoints, not the {args.kind} table's")
     if args.kind == "fill":
         for f in args.paths:

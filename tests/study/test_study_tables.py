@@ -505,8 +505,8 @@ def test_committed_real_report_tables_are_what_respo_table_makes(tmp_path, monke
     shutil.copytree(REPO / "reports", tmp_path / "reports", ignore=shutil.ignore_patterns("*.png"))
     monkeypatch.chdir(tmp_path)
     # README: the N = 8 cells, the N = 32 probe and the pilot; the 2 x 2 study's page: its runs, their regime per
-    # staleness level, their mismatch and the declared factorial analysis
-    for name, blocks in (("README.md", 6), ("calib/table.md", 2), ("branches/README.md", 4)):
+    # staleness level, their mismatch, the declared factorial analysis and its secondary endpoint's
+    for name, blocks in (("README.md", 6), ("calib/table.md", 2), ("branches/README.md", 5)):
         md = tmp_path / "reports/real" / name
         assert fill(md) == blocks, name
         assert md.read_text() == (REPO / "reports/real" / name).read_text(), name
@@ -603,7 +603,39 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
     assert main(["table", "headline", "--metrics", "pass@1", str(REPO / "reports/long/main-128/runs.csv")]) == 2
     assert "--metrics chooses the factorial table's endpoints" in capsys.readouterr().err
     assert main(["table", "factorial", "--metrics", "pass@2", str(REPO / "reports/long/main-128/runs.csv")]) == 2
-    assert "--metrics must name distinct endpoints among late_mean, pass@1, got 'pass@2'" in capsys.readouterr().err
+    assert "--metrics must name distinct endpoints among late_mean, pass@1, greedy_acc, got 'pass@2'" in capsys.readouterr().err
+
+
+def test_factorial_table_tests_greedy_accuracy_as_a_secondary_endpoint(capsys):
+    from respo.cli import main
+
+    # greedy accuracy carries the hand-worked arms of the test above, and so does pass@1
+    arms = {"respo": [0.50, 0.60, 0.55], "respo+/vespo-": [0.60, 0.68, 0.65],
+            "vespo+/respo-": [0.40, 0.52, 0.42], "vespo": [0.62, 0.70, 0.66]}
+    rows = []
+    for o, xs in arms.items():
+        for s, x in enumerate(xs):
+            rows.append(_row(o, s, x, x))
+            rows[-1]["greedy_acc"] = x
+    # a fourth seed whose runs predate greedy accuracy (empty in runs.csv): in no greedy contrast
+    for o in arms:
+        rows.append(_row(o, 3, 0.5, 0.5))
+    by = {ln.split(" | ")[3]: ln for ln in factorial_table(rows, method="holm", metrics=("greedy_acc",))
+          if ln.startswith("| 3e-05 | 8 |")}
+    assert {ln.split(" | ")[2] for ln in by.values()} == {"greedy"}
+    # the three contrasts by hand (tests/study/test_study_stats.py): negative -.1533 (p .006088), positive
+    # +.0433 (p .039012), interaction +.12 (p .009133), over seeds 0-2 only; Holm over these three: .018, .039, .018
+    assert "| 3 | -0.153 | [-0.205, -0.102] | -12.76 (2) | 0.006 | 0.018 |" in by["negative branch"]
+    assert "| 3 | +0.043 | [+0.005, +0.081] | 4.91 (2) | 0.039 | 0.039 |" in by["positive branch"]
+    assert "| 3 | +0.120 |" in by["interaction"] and "| 0.009 | 0.018 |" in by["interaction"]
+    # pass@1 beside it counts the fourth seed (its contrasts 0): the interaction's mean is .12 · 3/4 = .09
+    both = [ln for ln in factorial_table(rows, metrics=("pass@1", "greedy_acc")) if ln.startswith("| 3e-05 | 8 |")]
+    assert [ln.split(" | ")[2:5] for ln in both if "interaction" in ln] == [["pass@1", "interaction", "4"],
+                                                                             ["greedy", "interaction", "3"]]
+    assert "| 4 | +0.090 |" in both[2]
+    # the default endpoints stay late mean and pass@1
+    assert main(["table", "factorial", "--metrics", "greedy", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "among late_mean, pass@1, greedy_acc, got 'greedy'" in capsys.readouterr().err
 
 
 def test_tables_that_pool_seeds_refuse_two_rollout_engines(tmp_path, capsys):
