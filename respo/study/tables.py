@@ -663,8 +663,8 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
                     starts: dict[str, list[int]] | None = None) -> list[str]:
     """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
     the negative-branch and positive-branch main effects and their interaction
-    (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1 (or greedy accuracy), each a one-sample t-test over the
-    seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
+    (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1 (or greedy accuracy), each a
+    one-sample t-test over the seeds all four arms ran (each seed's arms share their first rollout step: `by_seed`), with its 95 %
     interval, the p value adjusted over the table's contrasts, TOST within ±δ, the contrast's SD over seeds with
     the minimum effect those seeds detect at 80 % power (`respo.study.stats.min_detectable`, unadjusted α) and a
     verdict on the sign.

@@ -634,6 +634,8 @@ def test_factorial_table_tests_greedy_accuracy_as_a_secondary_endpoint(capsys):
                                                                              ["greedy", "interaction", "3"]]
     assert "| 4 | +0.090 |" in both[2]
     # the default endpoints stay late mean and pass@1
+    assert {ln.split(" | ")[2] for ln in factorial_table(rows) if ln.startswith("| 3e-05 | 8 |")} == {"late mean",
+                                                                                                    "pass@1"}
     assert main(["table", "factorial", "--metrics", "greedy", str(REPO / "reports/long/main-128/runs.csv")]) == 2
     assert "among late_mean, pass@1, greedy_acc, got 'greedy'" in capsys.readouterr().err
 
