@@ -9,21 +9,35 @@ logits, log-probs, entropies and the loss are float32:
     logp = log_softmax(logits)   (float32)
 
 ``dtype = "float32"`` enters no context at all: the numbers are those of a plain forward.
+
+Whether bfloat16 pays depends on the hardware: CUDA devices with bf16 and CPUs with a native bfloat16
+extension (x86: AVX-512 BF16 or AMX; Arm: BF16) run it faster than float32, while other CPUs (AVX2 only,
+or AVX-512 without BF16) emulate it, many times slower than float32. `native_bf16` tells which,
+from the CPU's flags (`cpu_flags`) or, where they cannot be read, by timing a matmul (`bf16_speedup`);
+``"auto"`` settings resolve through it (`resolve_dtype`), and `emulated_bf16_note` is the one-line notice
+for a bfloat16 asked for explicitly where it is emulated.
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import torch
 
-__all__ = ["DTYPES", "DEVICES", "resolve_device", "device_problem", "mixed_precision"]
+__all__ = ["DTYPES", "DEVICES", "NATIVE_BF16_FLAGS", "BF16_MIN_SPEEDUP", "resolve_device", "device_problem",
+           "mixed_precision", "cpu_flags", "bf16_speedup", "native_bf16", "resolve_dtype", "emulated_bf16_note"]
 
 #: Compute dtypes a run may ask for (parameters and optimizer state stay float32).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: Device settings: a device type, or "auto" (CUDA when available, else the CPU).
 DEVICES = ("cpu", "cuda", "auto")
+#: CPU flags of a native bfloat16 extension: x86 AVX-512 BF16 and AMX, Arm's BF16 (``Features``).
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+#: Where the flags are unknown, bfloat16 counts as native when a matmul runs at least this much faster in it.
+BF16_MIN_SPEEDUP = 1.3
 
 
 def resolve_device(name: str) -> torch.device:
@@ -79,3 +93,70 @@ def mixed_precision(model: torch.nn.Module, dtype: str) -> Iterator[None]:
     finally:
         for h in handles:
             h.remove()
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags: the first ``flags`` line (x86) or ``Features`` line (Arm) of ``cpuinfo``;
+    empty where it cannot be read (unknown, not "none")."""
+    try:
+        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() in ("flags", "Features"):
+                return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def bf16_speedup(width: int = 576, rows: int = 256, repeats: int = 5) -> float:
+    """How many times faster a (rows, width) @ (width, 4*width) matmul runs in bfloat16 than in float32 on
+    this CPU, one thread, best of ``repeats`` each (both warmed up)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            a, b = torch.randn(rows, width, dtype=dtype), torch.randn(width, 4 * width, dtype=dtype)
+            a @ b  # warm-up
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                a @ b
+                times.append(time.perf_counter() - t0)
+            best[dtype] = min(times)
+        return best[torch.float32] / max(best[torch.bfloat16], 1e-9)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def native_bf16(device: torch.device, *, flags: set[str] | None = None) -> bool:
+    """Whether ``device`` computes bfloat16 natively: a CUDA device that supports it; a CPU with one of
+    `NATIVE_BF16_FLAGS` (``flags``: the CPU's, read by `cpu_flags` when None), or, where no flags can be
+    read, whose `bf16_speedup` is at least `BF16_MIN_SPEEDUP`."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    flags = cpu_flags() if flags is None else flags
+    if flags:
+        return any(f in flags for f in NATIVE_BF16_FLAGS)
+    return bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def resolve_dtype(dtype: str, device: torch.device, *, flags: set[str] | None = None) -> str:
+    """The compute dtype of a ``dtype`` setting on ``device``: ``"auto"`` is bfloat16 where it is native
+    (`native_bf16`), else float32; any other value is returned as given (the caller checks it)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if native_bf16(device, flags=flags) else "float32"
+
+
+def emulated_bf16_note(dtype: str, device: torch.device, *, flags: set[str] | None = None) -> str | None:
+    """A one-line notice when ``dtype`` is bfloat16 on a CPU whose flags show no native bfloat16 (None
+    otherwise, and where the flags are unknown)."""
+    if dtype != "bfloat16" or torch.device(device).type != "cpu":
+        return None
+    flags = cpu_flags() if flags is None else flags
+    if not flags or any(f in flags for f in NATIVE_BF16_FLAGS):
+        return None
+    return (f"bfloat16 on this CPU is emulated (it has none of {', '.join(NATIVE_BF16_FLAGS)}) and runs many "
+            f"times slower than float32; dtype auto or float32 avoids it")

@@ -7,7 +7,9 @@ signal. ``warm_start_pretrained`` fine-tunes it on the task's own natural-langua
 warm start (`respo.runtime.sft.sft_loop`: loss on the response tokens only, EOS ``<|im_end|>``
 included, AdamW with a short linear warm-up, stopping *partway* once the sampled pass rate on
 ``eval_prompts`` held-out prompts, measured every ``eval_every`` steps, reaches ``target_pass``). The
-forward and backward run in ``dtype`` (bfloat16 autocast by default). The final pass rate and mean
+forward and backward run in ``dtype``: by default bfloat16 autocast where the device computes bfloat16
+natively and float32 elsewhere (`respo.runtime.precision.resolve_dtype`; emulated bfloat16 is many times
+slower), the resolved dtype being part of the settings and so of the cache key. The final pass rate and mean
 response length are measured on ``eval_n`` other held-out prompts and stored with the model.
 
 Cache layout (as for the preset warm start; one directory per settings hash)::
@@ -24,14 +26,15 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .chat import ChatTask
-from .precision import resolve_device
+from .precision import emulated_bf16_note, resolve_device, resolve_dtype
 from .sampler import sample
 from .sft import (DEFAULT_CACHE_DIR, INFO_FILE, build_cached, cache_path, check_settings, save_warm_start, settings_key,
                   sft_loop)
@@ -62,7 +65,10 @@ class PretrainedSFTConfig:
     eval_prompts: int = 16
     eval_n: int = 64
     max_new_tokens: int | None = None  # None: the longest demonstration + 16
-    dtype: str = "bfloat16"  # the SFT forward/backward (autocast, float32 master weights); sampling is float32
+    # the SFT forward/backward: auto (bfloat16 autocast where the device computes bfloat16 natively, else float32;
+    # resolved before the key is taken, so the key names the dtype that computed it), bfloat16 or float32.
+    # Sampling is float32.
+    dtype: str = "auto"
 
     def key(self) -> str:
         """Stable 10-hex-digit hash of the settings."""
@@ -145,8 +151,9 @@ def warm_start_pretrained(model: str = "smollm2-135m-instruct", task_spec: str =
         model: a packaged model name (``respo.runtime.packaged.PACKAGED``) or a local model directory.
         task_spec: a ``get_task`` spec whose task has demonstrations.
         device: where SFT and its evaluations run ("cpu", "cuda", "cuda:K", "auto"). Not part of the cache key
-            (as for the preset warm start): one built on either device serves runs on both; its info file
-            records where it was built.
+            (as for the preset warm start), except that a ``dtype`` of ``auto`` (the default) is resolved on it
+            (`respo.runtime.precision.resolve_dtype`) before the key is taken: one built in the same dtype on
+            either device serves runs on both; its info file records where it was built.
         **config: other ``PretrainedSFTConfig`` fields (lr, batch_size, max_steps, target_pass, ...).
 
     Raises:
@@ -160,12 +167,17 @@ def warm_start_pretrained(model: str = "smollm2-135m-instruct", task_spec: str =
         raise TypeError(f"unknown pretrained warm-start settings: {sorted(unknown)}")
     task_kwargs = {**task_defaults(task_spec), **(task_kwargs or {})}
     cfg = PretrainedSFTConfig(model=str(model), task=task_spec, task_kwargs=task_kwargs, **config)
+    on = resolve_device(device)
+    cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, on))
     check_settings(cfg)
+    note = emulated_bf16_note(cfg.dtype, on)
+    if note:
+        print(f"[respo] warm start of {cfg.model}: {note}", file=sys.stderr, flush=True)
     path = cache_path(cache_dir, cfg.model, task_spec, cfg.key())
 
     def train(tmp: Path, log) -> dict:
         source = resolve_packaged(cfg.model, cache_dir) if is_packaged(cfg.model) else Path(cfg.model)
-        return _train(cfg, source, tmp, log, resolve_device(device))
+        return _train(cfg, source, tmp, log, on)
 
     build_cached(path, cfg, train, force=force, verbose=verbose, what=f" of {cfg.model} on {task_spec}")
     return path

@@ -175,7 +175,7 @@ def check_settings(cfg) -> None:
     if preset is not None and preset not in PRESETS:
         raise SFTSettingsError(f"preset {preset!r} is unknown; choose one of {', '.join(PRESETS)}")
     if dtype is not None and dtype not in DTYPES:
-        raise SFTSettingsError(f"dtype {dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+        raise SFTSettingsError(f"dtype {dtype!r} is unknown; choose one of {', '.join((*DTYPES, 'auto'))}")
 
 
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager, nullcontext
@@ -30,7 +31,7 @@ from respo.errors import RespoError
 from respo.runtime import moe
 from respo.runtime.chat import render_for
 from respo.runtime.engines import RolloutEngine, make_engine
-from respo.runtime.precision import resolve_device
+from respo.runtime.precision import emulated_bf16_note, resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
 from respo.train.checkpoint import RunState, checkpoint_manifest, rng_state, set_rng_state, verify_checkpoint
@@ -182,6 +183,9 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     pool = task.examples("train", cfg.train_pool, cfg.seed)
     held_out = task.examples("test", cfg.eval_prompts, EVAL_SEED) if cfg.eval_prompts else []
     device = resolve_device(cfg.device)
+    note = emulated_bf16_note(cfg.dtype, device)
+    if note:
+        print(f"[respo] dtype: {note}", file=sys.stderr, flush=True)
     policy = load_run_policy(cfg)
     task, pool, held_out = render_for(policy.tokenizer, cfg.prompt_format, task, pool, held_out)  # chat or raw
     model = policy.model.to(device)  # a no-op on the CPU

