@@ -7,8 +7,9 @@
 #   DRY_RUN=1 DEVICE=cpu SIZE=full scripts/real_gpu_grid.sh OUT_DIR   # print the full grid's run commands only
 #
 # Steps (each under `timeout`, in this order, the later ones getting what the budget leaves):
-#   a. warm start: `respo sft --model $MODEL --task worded_addition --device $DEVICE` (its default settings,
-#      bfloat16 autocast, float32 master weights: the cache key of the CPU-built warm start, f3c9c82628).
+#   a. warm start: `respo sft --model $MODEL --task worded_addition --device $DEVICE` (its default settings:
+#      dtype auto, bfloat16 autocast on a GPU with bf16 and on a CPU with native bf16, float32 master
+#      weights: the cache key of the CPU-built warm start, f3c9c82628; float32 on a CPU that emulates bf16).
 #   b. regime: GRPO (configs/real/calib.toml: B = 4 x G = 8 = 32 responses per update, up to 160 tokens,
 #      float32) at lr in $REGIME_LRS and N = 1 (32 updates: does the lr still improve on-policy?),
 #      N = 8 (8 updates = one rollout step, staleness 0..7) and N = 32 (32 updates = one rollout step,
