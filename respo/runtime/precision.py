@@ -13,8 +13,8 @@ logits, log-probs, entropies and the loss are float32:
 Whether bfloat16 pays depends on the hardware: CUDA devices with bf16 and CPUs with a native bfloat16
 extension (x86: AVX-512 BF16 or AMX; Arm: BF16) run it faster than float32, while other CPUs (AVX2 only,
 or AVX-512 without BF16) emulate it, many times slower than float32. `native_bf16` tells which,
-from the CPU's flags (`cpu_flags`) or, where they cannot be read, by timing a matmul (`bf16_speedup`);
-``"auto"`` settings resolve through it (`resolve_dtype`), and `emulated_bf16_note` is the one-line notice
+from the CPU's flags (`cpu_flags`; where they cannot be read it does not guess); ``"auto"`` settings resolve
+through it (`resolve_dtype`: float32 only where bfloat16 is known to be emulated), and `emulated_bf16_note` is the one-line notice
 for a bfloat16 asked for explicitly where it is emulated.
 """
 
@@ -36,7 +36,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEVICES = ("cpu", "cuda", "auto")
 #: CPU flags of a native bfloat16 extension: x86 AVX-512 BF16 and AMX, Arm's BF16 (``Features``).
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
-#: Where the flags are unknown, bfloat16 counts as native when a matmul runs at least this much faster in it.
+#: The vLLM engine's ``auto`` takes bfloat16 where a matmul runs at least this much faster in it (`bf16_speedup`).
 BF16_MIN_SPEEDUP = 1.3
 
 
@@ -129,25 +129,27 @@ def bf16_speedup(width: int = 576, rows: int = 256, repeats: int = 5) -> float:
         torch.set_num_threads(threads)
 
 
-def native_bf16(device: torch.device, *, flags: set[str] | None = None) -> bool:
+def native_bf16(device: torch.device, *, flags: set[str] | None = None) -> bool | None:
     """Whether ``device`` computes bfloat16 natively: a CUDA device that supports it; a CPU with one of
-    `NATIVE_BF16_FLAGS` (``flags``: the CPU's, read by `cpu_flags` when None), or, where no flags can be
-    read, whose `bf16_speedup` is at least `BF16_MIN_SPEEDUP`."""
+    `NATIVE_BF16_FLAGS` (``flags``: the CPU's, read by `cpu_flags` when None). None where the CPU's flags
+    cannot be read (unknown: a timing, as the vLLM engine's ``auto`` takes, would depend on the machine's
+    load, and this answer decides cache keys)."""
     device = torch.device(device)
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     flags = cpu_flags() if flags is None else flags
-    if flags:
-        return any(f in flags for f in NATIVE_BF16_FLAGS)
-    return bf16_speedup() >= BF16_MIN_SPEEDUP
+    if not flags:
+        return None
+    return any(f in flags for f in NATIVE_BF16_FLAGS)
 
 
 def resolve_dtype(dtype: str, device: torch.device, *, flags: set[str] | None = None) -> str:
-    """The compute dtype of a ``dtype`` setting on ``device``: ``"auto"`` is bfloat16 where it is native
-    (`native_bf16`), else float32; any other value is returned as given (the caller checks it)."""
+    """The compute dtype of a ``dtype`` setting on ``device``: ``"auto"`` is float32 where bfloat16 is known to
+    be emulated (`native_bf16` False), else bfloat16 (native, or unknown: then it is the pretrained warm start's
+    former default); any other value is returned as given (the caller checks it)."""
     if dtype != "auto":
         return dtype
-    return "bfloat16" if native_bf16(device, flags=flags) else "float32"
+    return "float32" if native_bf16(device, flags=flags) is False else "bfloat16"
 
 
 def emulated_bf16_note(dtype: str, device: torch.device, *, flags: set[str] | None = None) -> str | None:

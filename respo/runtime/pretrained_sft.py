@@ -71,7 +71,10 @@ class PretrainedSFTConfig:
     dtype: str = "auto"
 
     def key(self) -> str:
-        """Stable 10-hex-digit hash of the settings."""
+        """Stable 10-hex-digit hash of the settings (``dtype`` resolved: `warm_start_pretrained` does it)."""
+        if self.dtype == "auto":
+            raise ValueError("dtype 'auto' names no warm start: resolve it on the device first "
+                             "(respo.runtime.precision.resolve_dtype)")
         return settings_key(self)
 
 

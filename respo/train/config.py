@@ -69,7 +69,7 @@ class TrainConfig:
     task_kwargs: dict = field(default_factory=dict, metadata={"help": "extra task settings as a JSON object / TOML table, e.g. {\"digits\": 3}; or one at a time, --task-kwarg digits=3", "seed_key": "task_kwargs"})
     model: str = field(default="tiny-dense", metadata={"help": "model preset (tiny-dense, tiny-moe), a packaged pretrained model (smollm2-135m-instruct) or a local Hugging Face model directory", "seed_key": "model"})
     warm_start: bool = field(default=True, metadata={"help": "presets and packaged models: start from the cached SFT warm start (respo.runtime.sft, respo.runtime.pretrained_sft) instead of random / shipped weights"})
-    sft_kwargs: dict = field(default_factory=dict, metadata={"help": "presets only: warm-start SFT settings (respo.runtime.sft.SFTConfig fields, e.g. {\"max_steps\": 300}); other values name another cached warm start"})
+    sft_kwargs: dict = field(default_factory=dict, metadata={"help": "warm-start SFT settings (a preset's respo.runtime.sft.SFTConfig fields, e.g. {\"max_steps\": 300}; a packaged model's respo.runtime.pretrained_sft.PretrainedSFTConfig fields, e.g. {\"dtype\": \"float32\"}); other values name another cached warm start"})
     cache_dir: str = field(default=".cache/respo", metadata={"help": "directory where warm starts are cached (shared with respo sft)", "resumable": True})
     out_dir: str = field(default="runs/default", metadata={"help": "run directory (metrics.jsonl, config.json, summary.json, ckpt/, final/)", "resumable": True})
     seed: int = field(default=0, metadata={"help": "seed of every random number generator of the run", "seed_key": "seed"})

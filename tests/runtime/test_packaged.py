@@ -213,6 +213,8 @@ def test_the_pretrained_warm_start_runs_on_the_asked_device_and_records_it(conve
 
     key = PretrainedSFTConfig(model=NAME, task="worded_addition", task_kwargs=task_defaults("worded_addition"),
                               dtype=resolve_dtype("auto", resolve_device("auto")), **small).key()
+    if resolve_device("auto").type == "cuda" and torch.cuda.is_bf16_supported():
+        assert resolve_dtype("auto", resolve_device("auto")) == "bfloat16"  # the CPU-built key, f3c9c82628's dtype
     assert path == cache_path(tmp_path, NAME, "worded_addition", key)
     info = json.loads((path / INFO_FILE).read_text())
     assert info["device"] == str(resolve_device("auto")) and info["steps"] == 1

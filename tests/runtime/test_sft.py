@@ -275,6 +275,8 @@ def test_pretrained_warm_start_dtype_auto_resolves_before_the_key(tmp_path, monk
     assert len(err) == 1 and "bfloat16 on this CPU is emulated" in err[0] and "avx512_bf16" in err[0]
     with pytest.raises(SFTSettingsError, match="dtype 'float16' is unknown; choose one of float32, bfloat16, auto"):
         build(dtype="float16")
+    with pytest.raises(ValueError, match="dtype 'auto' names no warm start: resolve it on the device first"):
+        PretrainedSFTConfig(**kw).key()  # the unresolved default is no cache directory
 
 
 def test_record_of_a_cached_character_warm_start(tmp_path):
