@@ -12,10 +12,10 @@ logits, log-probs, entropies and the loss are float32:
 
 Whether bfloat16 pays depends on the hardware: CUDA devices with bf16 and CPUs with a native bfloat16
 extension (x86: AVX-512 BF16 or AMX; Arm: BF16) run it faster than float32, while other CPUs (AVX2 only,
-or AVX-512 without BF16) emulate it, many times slower than float32. `native_bf16` tells which,
-from the CPU's flags (`cpu_flags`; where they cannot be read it does not guess); ``"auto"`` settings resolve
-through it (`resolve_dtype`: float32 only where bfloat16 is known to be emulated), and `emulated_bf16_note` is the one-line notice
-for a bfloat16 asked for explicitly where it is emulated.
+or AVX-512 without BF16) emulate it, several times slower than float32. `native_bf16` tells which, from
+the CPU's flags (`cpu_flags`; where they cannot be read it does not guess); ``"auto"`` settings resolve
+through it (`resolve_dtype`: float32 only where bfloat16 is known to be emulated), and
+`emulated_bf16_note` is the one-line notice for a bfloat16 asked for explicitly where it is emulated.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Iterator
 import torch
 
 __all__ = ["DTYPES", "DEVICES", "NATIVE_BF16_FLAGS", "BF16_MIN_SPEEDUP", "resolve_device", "device_problem",
-           "mixed_precision", "cpu_flags", "bf16_speedup", "native_bf16", "resolve_dtype", "emulated_bf16_note"]
+           "mixed_precision", "cpuinfo_field", "cpu_flags", "bf16_speedup", "native_bf16", "resolve_dtype", "emulated_bf16_note"]
 
 #: Compute dtypes a run may ask for (parameters and optimizer state stay float32).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -95,17 +95,23 @@ def mixed_precision(model: torch.nn.Module, dtype: str) -> Iterator[None]:
             h.remove()
 
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
-    """The CPU's feature flags: the first ``flags`` line (x86) or ``Features`` line (Arm) of ``cpuinfo``;
-    empty where it cannot be read (unknown, not "none")."""
+def cpuinfo_field(names: tuple[str, ...], cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The value of the first line of ``cpuinfo`` (Linux) whose key is one of ``names`` and whose value is not
+    empty; None where there is none or the file cannot be read."""
     try:
         for line in Path(cpuinfo).read_text(errors="replace").splitlines():
             key, sep, value = line.partition(":")
-            if sep and key.strip() in ("flags", "Features"):
-                return set(value.split())
+            if sep and key.strip() in names and value.strip():
+                return value.strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags: the first ``flags`` line (x86) or ``Features`` line (Arm) of ``cpuinfo``;
+    empty where it cannot be read (unknown, not "none")."""
+    return set((cpuinfo_field(("flags", "Features"), cpuinfo) or "").split())
 
 
 def bf16_speedup(width: int = 576, rows: int = 256, repeats: int = 5) -> float:
@@ -153,12 +159,10 @@ def resolve_dtype(dtype: str, device: torch.device, *, flags: set[str] | None = 
 
 
 def emulated_bf16_note(dtype: str, device: torch.device, *, flags: set[str] | None = None) -> str | None:
-    """A one-line notice when ``dtype`` is bfloat16 on a CPU whose flags show no native bfloat16 (None
-    otherwise, and where the flags are unknown)."""
-    if dtype != "bfloat16" or torch.device(device).type != "cpu":
+    """A one-line notice when ``dtype`` is bfloat16 on a CPU whose flags show no native bfloat16 (`native_bf16`
+    False); None otherwise, and where the flags are unknown."""
+    device = torch.device(device)
+    if dtype != "bfloat16" or device.type != "cpu" or native_bf16(device, flags=flags) is not False:
         return None
-    flags = cpu_flags() if flags is None else flags
-    if not flags or any(f in flags for f in NATIVE_BF16_FLAGS):
-        return None
-    return (f"bfloat16 on this CPU is emulated (it has none of {', '.join(NATIVE_BF16_FLAGS)}) and runs many "
-            f"times slower than float32; dtype auto or float32 avoids it")
+    return (f"bfloat16 on this CPU is emulated (it has none of {', '.join(NATIVE_BF16_FLAGS)}) and runs several "
+            f"times slower than float32; float32 avoids it")

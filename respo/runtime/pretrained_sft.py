@@ -7,9 +7,9 @@ signal. ``warm_start_pretrained`` fine-tunes it on the task's own natural-langua
 warm start (`respo.runtime.sft.sft_loop`: loss on the response tokens only, EOS ``<|im_end|>``
 included, AdamW with a short linear warm-up, stopping *partway* once the sampled pass rate on
 ``eval_prompts`` held-out prompts, measured every ``eval_every`` steps, reaches ``target_pass``). The
-forward and backward run in ``dtype``: by default bfloat16 autocast where the device computes bfloat16
-natively and float32 elsewhere (`respo.runtime.precision.resolve_dtype`; emulated bfloat16 is many times
-slower), the resolved dtype being part of the settings and so of the cache key. The final pass rate and mean
+forward and backward run in ``dtype``: by default float32 on a CPU whose flags show bfloat16 emulated
+(several times slower) and bfloat16 autocast elsewhere (`respo.runtime.precision.resolve_dtype`), the
+resolved dtype being part of the settings and so of the cache key. The final pass rate and mean
 response length are measured on ``eval_n`` other held-out prompts and stored with the model.
 
 Cache layout (as for the preset warm start; one directory per settings hash)::
@@ -65,7 +65,7 @@ class PretrainedSFTConfig:
     eval_prompts: int = 16
     eval_n: int = 64
     max_new_tokens: int | None = None  # None: the longest demonstration + 16
-    # the SFT forward/backward: auto (bfloat16 autocast where the device computes bfloat16 natively, else float32;
+    # the SFT forward/backward: auto (float32 on a CPU whose flags show bfloat16 emulated, else bfloat16 autocast;
     # resolved before the key is taken, so the key names the dtype that computed it), bfloat16 or float32.
     # Sampling is float32.
     dtype: str = "auto"

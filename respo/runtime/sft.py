@@ -58,7 +58,7 @@ import torch
 
 from .logprobs import token_logprobs
 from .models import PRESETS, build_policy
-from .precision import DTYPES, mixed_precision, resolve_device
+from .precision import DTYPES, cpuinfo_field, mixed_precision, resolve_device
 from .sampler import sample
 from respo.errors import RespoError
 
@@ -181,14 +181,7 @@ def check_settings(cfg) -> None:
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     """The CPU's model name: the first ``model name`` line of ``cpuinfo`` (Linux), else
     ``platform.processor()``, else ``"unknown"``."""
-    try:
-        for line in Path(cpuinfo).read_text(errors="replace").splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "model name" and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return cpuinfo_field(("model name",), cpuinfo) or platform.processor() or "unknown"
 
 
 def built_on(device: torch.device | str = "cpu") -> dict:

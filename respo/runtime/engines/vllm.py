@@ -121,7 +121,7 @@ class VLLMEngine:
         config = model.config
         width = int(getattr(config.get_text_config(decoder=True), "hidden_size", 576))
         self.dtype, speedup = resolve_engine_dtype(dtype, width)
-        note = emulated_bf16_note(self.dtype, torch.device("cpu")) if dtype == "bfloat16" else None
+        note = emulated_bf16_note(dtype, torch.device("cpu"))  # an explicit bfloat16 only (auto never emulates)
         if note:
             print(f"[respo] vllm engine_dtype: {note}", file=sys.stderr, flush=True)
         limit = int(getattr(config.get_text_config(decoder=True), "max_position_embeddings", 2048) or 2048)
