@@ -45,6 +45,12 @@ standard deviation σ, at level α, detects a true mean Δ with probability abou
 (the usual approximation of the noncentral t by a shifted t; it ignores the far tail of the other
 sign). With σ measured on the same seeds it is a description of the study's resolution, not a test.
 
+A study stopped short of its declared seeds (`missing_seeds`): had the k missing seeds' per-seed values
+fallen anywhere within [min x_i, max x_i] of the measured ones, the smallest two-sided p and the largest
+TOST p the completed test could have given, found by enumerating every combination of k values on an
+even grid over that range. A bound on what those seeds could change, not a test; seeds beyond the
+measured range are not covered.
+
 Multiplicity (`adjust`) over a family of m p values sorted p_(1) ≤ … ≤ p_(m):
 
     Holm (family-wise error, step-down)   p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j))
@@ -70,6 +76,7 @@ replacement, ``n_resamples`` times, from a seeded generator, and take the α/2 a
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -79,7 +86,8 @@ __all__ = ["Welch", "Comparison", "welch_t", "student_t_sf2", "betainc", "bootst
            "ALPHA", "N_RESAMPLES", "WITHIN_NOISE", "format_p",
            "WelchTest", "Tost", "welch", "tost", "adjust", "verdict", "student_t_cdf", "student_t_ppf",
            "ADJUST_METHODS", "NO_DIFFERENCE", "Judged", "judge", "PairedTest", "one_sample", "paired", "paired_tost", "tost_of",
-           "FACTORIAL_CONTRASTS", "factorial_2x2", "min_detectable", "seeds_needed"]
+           "FACTORIAL_CONTRASTS", "factorial_2x2", "factorial_contrasts", "min_detectable", "seeds_needed",
+           "MissingSeeds", "missing_seeds"]
 
 #: Significance level of `compare`'s verdict and the bootstrap interval (a 95% interval).
 ALPHA = 0.05
@@ -439,15 +447,69 @@ def factorial_2x2(rr: Sequence[float], rv: Sequence[float], vr: Sequence[float],
     """The 2 × 2 factorial's contrasts over seeds, each tested with `one_sample` on its per-seed values:
     ``rr``, ``rv``, ``vr``, ``vv`` are the arms R⁺R⁻, R⁺V⁻, V⁺R⁻, V⁺V⁻, aligned by seed (module docstring
     gives c⁻, c⁺ and c×). A seed missing (non-finite) in any arm is left out of every contrast."""
+    per_seed = factorial_contrasts(rr, rv, vr, vv)
+    return {name: one_sample(per_seed[name], alpha=alpha) for name in FACTORIAL_CONTRASTS}
+
+
+def factorial_contrasts(rr: Sequence[float], rv: Sequence[float], vr: Sequence[float],
+                        vv: Sequence[float]) -> dict[str, list[float]]:
+    """The per-seed values of `factorial_2x2`'s three contrasts, over the seeds finite in all four arms."""
     if not len(rr) == len(rv) == len(vr) == len(vv):
         raise ValueError(f"the four arms need one value per seed each, got {len(rr)}, {len(rv)}, {len(vr)}, {len(vv)}")
     seeds = [(a, b, c, d) for a, b, c, d in zip(rr, rv, vr, vv) if all(map(_finite, (a, b, c, d)))]
-    per_seed = {
+    return {
         "negative branch": [0.5 * ((a - b) + (c - d)) for a, b, c, d in seeds],
         "positive branch": [0.5 * ((a - c) + (b - d)) for a, b, c, d in seeds],
         "interaction": [(a - b) - (c - d) for a, b, c, d in seeds],
     }
-    return {name: one_sample(per_seed[name], alpha=alpha) for name in FACTORIAL_CONTRASTS}
+
+
+@dataclass(frozen=True)
+class MissingSeeds:
+    """`missing_seeds`' bounds: over every combination of ``k`` further values on ``n`` grid points from
+    ``low`` to ``high``, the smallest two-sided p and the largest TOST p (within ±``margin``) of the test."""
+
+    k: int
+    low: float
+    high: float
+    n: int
+    margin: float
+    p_min: float
+    p_tost_max: float
+
+
+#: `missing_seeds` refuses to enumerate more combinations than this.
+MISSING_SEEDS_MAX_COMBINATIONS = 2_000_000
+
+
+def missing_seeds(xs: Sequence[float], k: int, margin: float, *, grid: int = 21, alpha: float = ALPHA) -> MissingSeeds:
+    """What ``k`` further seeds could have done to the one-sample test of ``xs`` (`one_sample`, `tost_of`), had
+    each fallen within the range the measured seeds span: the smallest two-sided p and the largest TOST p over
+    every combination (with repetition, order being irrelevant) of ``k`` values on ``grid`` evenly spaced points
+    from min(xs) to max(xs). A grid search, so a bound up to the grid's resolution; it says nothing of seeds
+    beyond the measured range. For a study stopped short of its declared seeds: a contrast whose ``p_min``
+    stays above α could not have become a difference under any adjustment, and one whose ``p_tost_max`` times
+    its family's size (Holm's largest factor) stays below α would have stayed equivalent."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 2:
+        raise ValueError(f"grid must be an integer >= 2, got {grid!r}")
+    _check_margin(margin)
+    vals = [float(x) for x in xs if _finite(x)]
+    if not vals:
+        raise ValueError("missing_seeds needs at least one finite value to take the range from")
+    count = math.comb(grid + k - 1, k)
+    if count > MISSING_SEEDS_MAX_COMBINATIONS:
+        raise ValueError(f"{k} seeds on a grid of {grid} points are {count} combinations, more than "
+                         f"{MISSING_SEEDS_MAX_COMBINATIONS}; use a coarser grid")
+    lo, hi = min(vals), max(vals)
+    points = [lo + (hi - lo) * i / (grid - 1) for i in range(grid)]
+    p_min, p_tost_max = 1.0, 0.0
+    for extra in itertools.combinations_with_replacement(points, k):
+        t = one_sample(vals + list(extra), alpha=alpha)
+        p_min = min(p_min, t.p)
+        p_tost_max = max(p_tost_max, tost_of(t, margin).p)
+    return MissingSeeds(k, lo, hi, grid, float(margin), p_min, p_tost_max)
 
 
 def adjust(pvals: Sequence[float], method: str = "holm") -> list[float]:

@@ -660,7 +660,7 @@ FACTORIAL_DEFAULT = ("late_mean", "pass@1")
 
 def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh",
                     metrics: tuple[str, ...] = FACTORIAL_DEFAULT,
-                    starts: dict[str, list[int]] | None = None) -> list[str]:
+                    starts: dict[str, list[int]] | None = None, missing: int = 0) -> list[str]:
     """The 2 × 2 of ReSPO's and VESPO's branches per (lr, N) where all four arms (`FACTORIAL_ARMS`) ran:
     the negative-branch and positive-branch main effects and their interaction
     (`respo.study.stats.factorial_2x2`) on late mean and held-out pass@1 (or greedy accuracy), each a
@@ -671,12 +671,18 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     ``metrics`` (keys of `FACTORIAL_METRICS`) are the endpoints tested: a study that declared one endpoint
     adjusts over its three contrasts only, and tests a secondary endpoint (greedy accuracy) in a table of its
     own. A seed whose runs lack the endpoint (empty: runs from before greedy accuracy was recorded) is in none
-    of that endpoint's contrasts.
+    of that endpoint's contrasts. The seeds left out, of every contrast (not all four arms finished) or of one
+    endpoint's, are named under the tables.
     ``starts`` (`starts_by_seed`: each starting policy's seeds), when it holds two or more: the seeds are pooled
     as blocks, and a second table gives each start's mean contrasts over its seeds, a description beside the
-    tests, not further tests."""
-    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, format_p, \
-        min_detectable, tost_of, verdict
+    tests, not further tests.
+    ``missing`` > 0 (a study stopped that many seeds short of its declared number): a further table bounds
+    what those seeds could have changed, had each contrast's values fallen within the range of the measured
+    seeds' (`respo.study.stats.missing_seeds`): the smallest unadjusted p (a difference is ruled out where it
+    stays above α) and the largest unadjusted TOST p (equivalence is kept where it times the family's size,
+    Holm's or BH's largest factor, stays at or below α)."""
+    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, factorial_contrasts, \
+        format_p, min_detectable, missing_seeds, tost_of, verdict
 
     cells = group_rows(rows, ("lr", "reuse", "objective"))
     found = sorted({(lr, n) for lr, n, _ in cells if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS)})
@@ -684,14 +690,31 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
         raise TableError(f"no (lr, N) with all four arms of the 2 × 2 ({', '.join(FACTORIAL_ARMS)}) finished")
     tests = []  # (lr, N, metric, contrast, seeds, PairedTest, Tost)
     per_start = []  # (lr, N, metric, start, {contrast: PairedTest}) when the seeds come from several starts
+    left_out = []  # the seeds in no contrast, and why: nothing is dropped unsaid
+    bounds = {}  # index into tests -> MissingSeeds, with ``missing``
     for lr, n in found:
         rr = cells[(lr, n, FACTORIAL_ARMS[0])]
+        ran = {arm: {r["seed"] for r in rows if (r["lr"], r["reuse"], r["objective"]) == (lr, n, arm)}
+               for arm in FACTORIAL_ARMS}
+        done = {arm: {r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS}
+        common = set.intersection(*done.values())
+        partial = sorted(set.union(*ran.values()) - common)
+        if partial:
+            left_out.append(f"Not in any contrast at lr {lr:g}, N = {n} (not all four arms finished): " + "; ".join(
+                f"seed {s} (no finished {', '.join(a for a in FACTORIAL_ARMS if s not in done[a])})" for s in partial)
+                + ".")
         for metric, key in ((FACTORIAL_METRICS[m], m) for m in metrics):
-            common = set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
             arms = [by_seed([r for r in rr if r["seed"] in common], cells[(lr, n, arm)], key)[1]
                     for arm in FACTORIAL_ARMS]
+            unrecorded = [s for i, s in enumerate(sorted(common)) if not all(math.isfinite(a[i]) for a in arms)]
+            if unrecorded:
+                left_out.append(f"Not in the {metric} contrasts at lr {lr:g}, N = {n} (the endpoint was not recorded "
+                                f"in every arm): seed{'s' * (len(unrecorded) > 1)} {seed_list(unrecorded)}.")
+            per_seed = factorial_contrasts(*arms)
             for name, t in factorial_2x2(*arms).items():
                 tests.append((lr, n, metric, name, t, tost_of(t, margin) if t.n >= 2 else None))
+                if missing and per_seed[name]:
+                    bounds[len(tests) - 1] = missing_seeds(per_seed[name], missing, margin)
             if starts and len(starts) > 1:
                 order = sorted(common)  # by_seed aligns the arms in this order
                 for start, seeds in starts.items():
@@ -727,7 +750,25 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
             k = next(iter(got.values())).n if got else 0
             out.append(f"| {lr:g} | {n} | {metric} | {start} | {k} | "
                        + " | ".join(f"{got[c].diff:+.3f}" if got else "—" for c in FACTORIAL_CONTRASTS) + " |")
-    return out
+    if missing:
+        out += ["", f"Had {missing} further seed{'s' * (missing > 1)} fallen within the range of the seeds measured (each "
+                "contrast on its own; every combination on a grid of 21 values per seed from the smallest to the largest "
+                "per-seed contrast): the smallest two-sided p and the largest TOST p the test could then have given, "
+                "before adjustment. A difference is ruled out where that p stays above α = .05 (no adjustment lowers "
+                f"a p); a contrast equivalent now stays so where the TOST p times {len(tests)} (the family's size, the "
+                "largest adjustment factor) stays at or below α. Seeds beyond the measured range are not covered.", "",
+                f"| lr | N | metric | contrast | seeds | range | smallest p | largest TOST p (δ = {margin:g}) | "
+                "difference ruled out | equivalence kept |", "|" + "---|" * 10]
+        for i, ((lr, n, metric, contrast, t, eq), qt) in enumerate(zip(tests, p_tost)):
+            b = bounds.get(i)
+            if b is None:
+                continue
+            equivalent = eq is not None and qt <= eq.alpha
+            kept = "—" if not equivalent else ("yes" if len(tests) * b.p_tost_max <= eq.alpha else "no")
+            out.append(f"| {lr:g} | {n} | {metric} | {contrast} | {t.n} + {missing} | [{b.low:+.3f}, {b.high:+.3f}] | "
+                       f"{format_p(b.p_min)} | {format_p(b.p_tost_max)} | {'yes' if b.p_min > t.alpha else 'no'} | "
+                       f"{kept} |")
+    return out + ([""] + left_out if left_out else [])
 
 
 def replay_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh") -> list[str]:
@@ -948,6 +989,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="factorial, staleness, mismatch, headline --paired: pool seeds that started from different "
                         "policies as blocks, where all runs of each seed share one start (else refused); the table "
                         "names each start's seeds, and the factorial adds each start's mean contrasts as a description")
+    p.add_argument("--missing-seeds", type=int, default=None, metavar="K",
+                   help="factorial: for a study stopped K seeds short of its declared number, bound what those seeds "
+                        "could have changed had they fallen within the range of the measured ones")
     p.add_argument("--cost", action="store_true", help="calib: also seconds per update and training seconds per update")
     p.add_argument("--metrics", default=",".join(FACTORIAL_DEFAULT),
                    help=f"factorial: the endpoints tested, any of {', '.join(FACTORIAL_METRICS)} (default "
@@ -1001,6 +1045,11 @@ def run(args: argparse.Namespace) -> int:
         raise TableError(f"--margin must be a positive number, got {args.margin}")
     if args.paired and args.kind not in ("headline", "factorial"):
         raise TableError(f"--paired applies to the headline and factorial tables, not to {args.kind}")
+    if args.missing_seeds is not None:
+        if args.kind != "factorial":
+            raise TableError(f"--missing-seeds applies to the factorial table, not to {args.kind}")
+        if args.missing_seeds < 1:
+            raise TableError(f"--missing-seeds must be an integer >= 1, got {args.missing_seeds}")
     if args.cost and args.kind != "calib":
         raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
     if args.metrics != ",".join(FACTORIAL_DEFAULT) and args.kind != "factorial":
@@ -1036,7 +1085,7 @@ def run(args: argparse.Namespace) -> int:
         lines = replay_table(rows, margin=args.margin, method=args.adjust)
     elif args.kind == "factorial":
         lines = factorial_table(rows, margin=args.margin, method=args.adjust, metrics=_metrics(args),
-                                starts=by_start)
+                                starts=by_start, missing=args.missing_seeds or 0)
     elif args.kind == "breakdown":
         lines = breakdown_table(rows)
     elif args.kind == "mismatch":

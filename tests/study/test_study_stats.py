@@ -411,6 +411,36 @@ def test_factorial_2x2_contrasts_by_hand():
     assert all(t.n == 3 for t in c.values()) and c["interaction"].diff == pytest.approx(0.12)
 
 
+def test_missing_seeds_bounds_what_further_seeds_within_the_range_could_do():
+    from respo.study.stats import factorial_contrasts, missing_seeds
+
+    # xs = [-1, 1], one more seed on the grid -1, 0, 1 (grid = 3):
+    #   v = 0: [-1, 1, 0], mean 0, s = 1, se = 1/sqrt(3) = .57735: p = 1; TOST (δ = 2) t = 2/.57735 = 3.4641 on
+    #     df 2, one-sided p = 1/2 - 3.4641/(2 sqrt(3.4641^2 + 2)) = .5 - 3.4641/7.4833 = .037100
+    #   v = 1: [-1, 1, 1], mean 1/3, s = sqrt(((4/3)^2 + 2 (2/3)^2)/2) = 1.154701, se = .666667, t = .5:
+    #     P(T_2 <= .5) = 1/2 + .5/(2 sqrt(2.25)) = .666667, p = .666667; TOST upper t = (1/3 - 2)/.666667 = -2.5,
+    #     p = 1/2 - 2.5/(2 sqrt(8.25)) = .064805 (v = -1 alike, by symmetry)
+    m = missing_seeds([-1.0, 1.0], 1, 2.0, grid=3)
+    assert (m.k, m.low, m.high, m.n) == (1, -1.0, 1.0, 3)
+    assert m.p_min == pytest.approx(2 / 3, abs=1e-6) and m.p_tost_max == pytest.approx(0.064805, abs=1e-6)
+    # two more seeds: the most extreme is v = (1, 1): [-1, 1, 1, 1], mean .5, s = 1, se = .5, t = 1 on df 3:
+    #   P(T_3 <= 1) = 1/2 + [ (1/sqrt 3)/(1 + 1/3) + atan(1/sqrt 3) ]/π = .5 + (.433013 + .523599)/π = .804499,
+    #   p = 2 (1 - .804499) = .391002
+    assert missing_seeds([-1.0, 1.0], 2, 2.0, grid=3).p_min == pytest.approx(0.391002, abs=1e-6)
+    # a finer grid can only find a more extreme combination
+    assert missing_seeds([-1.0, 1.0], 2, 2.0, grid=21).p_min <= missing_seeds([-1.0, 1.0], 2, 2.0, grid=3).p_min
+    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
+        missing_seeds([0.1, 0.2], 0, 0.05)
+    with pytest.raises(ValueError, match="needs at least one finite value"):
+        missing_seeds([math.nan], 2, 0.05)
+    with pytest.raises(ValueError, match="combinations"):
+        missing_seeds([0.1, 0.2], 12, 0.05, grid=101)
+    # the per-seed contrasts factorial_2x2 tests (the hand-worked arms of the test above)
+    c = factorial_contrasts([0.50, 0.60, 0.55], [0.60, 0.68, 0.65], [0.40, 0.52, 0.42], [0.62, 0.70, 0.66])
+    assert c["negative branch"] == pytest.approx([-0.16, -0.13, -0.17])
+    assert c["interaction"] == pytest.approx([0.12, 0.10, 0.14])
+
+
 def test_minimum_detectable_effect_by_hand():
     from respo.study.stats import min_detectable, seeds_needed
 

@@ -576,8 +576,12 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
     arms = {"respo": [0.50, 0.60, 0.55], "respo+/vespo-": [0.60, 0.68, 0.65],
             "vespo+/respo-": [0.40, 0.52, 0.42], "vespo": [0.62, 0.70, 0.66]}
     rows = [_row(o, s, x, x) for o, xs in arms.items() for s, x in enumerate(xs)]
-    rows.append(_row("respo", 3, 0.9, 0.9))  # a seed only one arm ran: in no contrast
+    rows.append(_row("respo", 3, 0.9, 0.9))  # a seed only one arm ran: in no contrast, and the table says so
+    rows.append(_row("vespo", 4, 0.9, 0.9))
+    rows.append(dict(_row("respo", 4, 0.9, 0.9), finished=False))  # a run still going counts as not finished
     lines = factorial_table(rows)
+    assert ("Not in any contrast at lr 3e-05, N = 8 (not all four arms finished): seed 3 (no finished "
+            "respo+/vespo-, vespo+/respo-, vespo); seed 4 (no finished respo, respo+/vespo-, vespo+/respo-).") in lines
     by = {(ln.split(" | ")[2], ln.split(" | ")[3]): ln for ln in lines if ln.startswith("| 3e-05 | 8 |")}
     # late mean and pass@1 alike: negative branch -.1533 (p .006088), positive .0433 (p .039012), interaction
     # .12 (p .009133); BH over the 6 contrasts: 6/4 · .009133 = .0137 for the four smaller, .039012 for the others
@@ -604,6 +608,47 @@ def test_factorial_table_tests_the_main_effects_and_the_interaction(tmp_path, ca
     assert "--metrics chooses the factorial table's endpoints" in capsys.readouterr().err
     assert main(["table", "factorial", "--metrics", "pass@2", str(REPO / "reports/long/main-128/runs.csv")]) == 2
     assert "--metrics must name distinct endpoints among late_mean, pass@1, greedy_acc, got 'pass@2'" in capsys.readouterr().err
+
+
+def test_factorial_table_bounds_what_missing_seeds_could_change(tmp_path, capsys):
+    from respo.cli import main
+    from respo.study.stats import format_p, missing_seeds
+
+    arms = {"respo": [0.50, 0.60, 0.55], "respo+/vespo-": [0.60, 0.68, 0.65],
+            "vespo+/respo-": [0.40, 0.52, 0.42], "vespo": [0.62, 0.70, 0.66]}
+    rows = [_row(o, s, x, x) for o, xs in arms.items() for s, x in enumerate(xs)]
+    lines = factorial_table(rows, method="holm", metrics=("pass@1",), margin=0.3, missing=2)
+    got = {ln.split(" | ")[3]: ln for ln in lines if ln.startswith("| 3e-05 | 8 | pass@1 |") and "[" in ln
+           and ln.count("|") == 11}
+    # the per-seed contrasts (tests/study/test_study_stats.py): negative −.16, −.13, −.17; interaction .12, .10, .14
+    neg = missing_seeds([-0.16, -0.13, -0.17], 2, 0.3)
+    assert got["negative branch"] == (f"| 3e-05 | 8 | pass@1 | negative branch | 3 + 2 | [-0.170, -0.130] | "
+                                      f"{format_p(neg.p_min)} | {format_p(neg.p_tost_max)} | no | yes |")
+    # every seed below zero, so two more within the range keep it far below: no difference is ruled out; and
+    # within ±.3 it stays equivalent
+    assert neg.p_min < 0.001 and 3 * neg.p_tost_max <= 0.05
+    # the interaction: equivalent within ±.3 now (TOST p .002, times at most 3 by Holm); two more seeds in [.10, .14]
+    # keep its TOST p below .05/3, so it stays equivalent
+    inter = missing_seeds([0.12, 0.10, 0.14], 2, 0.3)
+    assert 3 * inter.p_tost_max < 0.05 and got["interaction"].endswith("| no | yes |")
+    # a contrast not equivalent now gets — (within ±.01 none is)
+    wide = factorial_table(rows, method="holm", metrics=("pass@1",), margin=0.01, missing=2)
+    row = next(ln for ln in wide if ln.startswith("| 3e-05 | 8 | pass@1 | negative branch | 3 + 2 |"))
+    assert row.endswith("| no | — |")
+    # per-seed negative contrasts +.05, −.05, 0: two more seeds within [−.05, .05] give at most, e.g. at
+    # (.05, .05): mean .02, s = .044721, se = .02, t = 1.0 on df 4: no difference possible
+    flat = {"respo": [0.6, 0.4, 0.5], "respo+/vespo-": [0.5] * 3, "vespo+/respo-": [0.5] * 3, "vespo": [0.5] * 3}
+    rows = [_row(o, s, x, x) for o, xs in flat.items() for s, x in enumerate(xs)]
+    row = next(ln for ln in factorial_table(rows, method="holm", metrics=("pass@1",), margin=0.3, missing=2)
+               if ln.startswith("| 3e-05 | 8 | pass@1 | negative branch | 3 + 2 | [-0.050, +0.050] |"))
+    assert row.endswith("| yes | yes |") and missing_seeds([0.05, -0.05, 0.0], 2, 0.3).p_min > 0.05
+    assert any(ln.startswith("Had 2 further seeds fallen within the range") for ln in lines)
+    # without it no such table; the option is the factorial's alone, and needs k >= 1
+    assert not any(ln.startswith("Had ") for ln in factorial_table(rows, metrics=("pass@1",)))
+    assert main(["table", "headline", "--missing-seeds", "3", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "--missing-seeds applies to the factorial table" in capsys.readouterr().err
+    assert main(["table", "factorial", "--missing-seeds", "0", str(REPO / "reports/long/main-128/runs.csv")]) == 2
+    assert "--missing-seeds must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
 def test_factorial_table_tests_greedy_accuracy_as_a_secondary_endpoint(capsys):
@@ -633,6 +678,10 @@ def test_factorial_table_tests_greedy_accuracy_as_a_secondary_endpoint(capsys):
     assert [ln.split(" | ")[2:5] for ln in both if "interaction" in ln] == [["pass@1", "interaction", "4"],
                                                                              ["greedy", "interaction", "3"]]
     assert "| 4 | +0.090 |" in both[2]
+    # the seed left out of the greedy contrasts is named under the table
+    assert ("Not in the greedy contrasts at lr 3e-05, N = 8 (the endpoint was not recorded in every arm): seed 3."
+            in factorial_table(rows, metrics=("pass@1", "greedy_acc")))
+    assert not any(ln.startswith("Not in") for ln in factorial_table(rows, metrics=("pass@1",)))
     # the default endpoints stay late mean and pass@1
     assert {ln.split(" | ")[2] for ln in factorial_table(rows) if ln.startswith("| 3e-05 | 8 |")} == {"late mean",
                                                                                                     "pass@1"}
