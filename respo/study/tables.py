@@ -658,6 +658,16 @@ FACTORIAL_METRICS = {"late_mean": "late mean", "pass@1": "pass@1", "greedy_acc":
 FACTORIAL_DEFAULT = ("late_mean", "pass@1")
 
 
+def _factorial_seeds(rows: Sequence[dict]) -> set[int]:
+    """The seeds whose four arms of the 2 × 2 (`FACTORIAL_ARMS`) all finished at some (lr, N)."""
+    cells = group_rows(rows, ("lr", "reuse", "objective"))
+    out: set[int] = set()
+    for lr, n in {(lr, n) for lr, n, _ in cells}:
+        if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS):
+            out |= set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
+    return out
+
+
 def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh",
                     metrics: tuple[str, ...] = FACTORIAL_DEFAULT,
                     starts: dict[str, list[int]] | None = None, missing: int = 0) -> list[str]:
@@ -678,9 +688,10 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     tests, not further tests.
     ``missing`` > 0 (a study stopped that many seeds short of its declared number): a further table bounds
     what those seeds could have changed, had each contrast's values fallen within the range of the measured
-    seeds' (`respo.study.stats.missing_seeds`): the smallest unadjusted p (a difference is ruled out where it
-    stays above α) and the largest unadjusted TOST p (equivalence is kept where it times the family's size,
-    Holm's or BH's largest factor, stays at or below α)."""
+    seeds' (`respo.study.stats.missing_seeds`): the smallest p and the largest TOST p, each adjusted with the
+    other contrasts' bounds as the tests are (adjusted p's are monotone in the raw ones, so these bound them):
+    a difference is ruled out where the adjusted smallest p stays above α, an equivalence kept where the
+    adjusted largest TOST p stays at or below α."""
     from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, factorial_contrasts, \
         format_p, min_detectable, missing_seeds, tost_of, verdict
 
@@ -751,23 +762,29 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
             out.append(f"| {lr:g} | {n} | {metric} | {start} | {k} | "
                        + " | ".join(f"{got[c].diff:+.3f}" if got else "—" for c in FACTORIAL_CONTRASTS) + " |")
     if missing:
+        # each bound adjusted with the others, as the tests are: an adjusted p never falls when a raw p rises, so
+        # adjusting the smallest p's together bounds every adjusted p from below, the largest TOST p's from above
+        lows = adjust([bounds[i].p_min if i in bounds else t.p for i, (*_, t, _) in enumerate(tests)], method)
+        highs = adjust([bounds[i].p_tost_max if i in bounds else (math.nan if eq is None else eq.p)
+                        for i, (*_, eq) in enumerate(tests)], method)
         out += ["", f"Had {missing} further seed{'s' * (missing > 1)} fallen within the range of the seeds measured (each "
                 "contrast on its own; every combination on a grid of 21 values per seed from the smallest to the largest "
                 "per-seed contrast): the smallest two-sided p and the largest TOST p the test could then have given, "
-                "before adjustment. A difference is ruled out where that p stays above α = .05 (no adjustment lowers "
-                f"a p); a contrast equivalent now stays so where the TOST p times {len(tests)} (the family's size, the "
-                "largest adjustment factor) stays at or below α. Seeds beyond the measured range are not covered.", "",
-                f"| lr | N | metric | contrast | seeds | range | smallest p | largest TOST p (δ = {margin:g}) | "
-                "difference ruled out | equivalence kept |", "|" + "---|" * 10]
+                f"each also adjusted ({name}) with the other contrasts' bounds, as the tests are; an adjusted p never falls "
+                "when a raw p rises, so these bound the adjusted p's. A difference is ruled out where the adjusted "
+                "smallest p stays above α = .05; a contrast equivalent now stays so where the adjusted largest TOST p "
+                "stays at or below α. Seeds beyond the measured range are not covered.", "",
+                f"| lr | N | metric | contrast | seeds | range | smallest p | adjusted | largest TOST p (δ = {margin:g}) | "
+                "adjusted | difference ruled out | equivalence kept |", "|" + "---|" * 12]
         for i, ((lr, n, metric, contrast, t, eq), qt) in enumerate(zip(tests, p_tost)):
             b = bounds.get(i)
             if b is None:
                 continue
             equivalent = eq is not None and qt <= eq.alpha
-            kept = "—" if not equivalent else ("yes" if len(tests) * b.p_tost_max <= eq.alpha else "no")
+            kept = "—" if not equivalent else ("yes" if highs[i] <= eq.alpha else "no")
             out.append(f"| {lr:g} | {n} | {metric} | {contrast} | {t.n} + {missing} | [{b.low:+.3f}, {b.high:+.3f}] | "
-                       f"{format_p(b.p_min)} | {format_p(b.p_tost_max)} | {'yes' if b.p_min > t.alpha else 'no'} | "
-                       f"{kept} |")
+                       f"{format_p(b.p_min)} | {format_p(lows[i])} | {format_p(b.p_tost_max)} | {format_p(highs[i])} | "
+                       f"{'yes' if lows[i] > t.alpha else 'no'} | {kept} |")
     return out + ([""] + left_out if left_out else [])
 
 
@@ -1077,7 +1094,12 @@ def run(args: argparse.Namespace) -> int:
             raise TableError(f"--starts-by-seed pools seeds as blocks: it applies to the factorial, staleness and mismatch "
                              f"tables and to headline --paired, not to {args.kind}{' without --paired' * (args.kind == 'headline')}")
         by_start = starts_by_seed(rows)
-        note = _starts_note(by_start)
+        if args.kind == "factorial":  # name only the seeds its contrasts pool (factorial_table names the others)
+            pooled = _factorial_seeds(rows)
+            note = _starts_note({start: kept for start, seeds in by_start.items()
+                                 if (kept := [s for s in seeds if s in pooled])})
+        else:
+            note = _starts_note(by_start)
     elif args.kind != "calib":  # the other kinds pool runs over seeds
         _check_one_start(rows)
         note = _start_note(args)

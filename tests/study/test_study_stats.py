@@ -441,6 +441,23 @@ def test_missing_seeds_bounds_what_further_seeds_within_the_range_could_do():
     assert c["interaction"] == pytest.approx([0.12, 0.10, 0.14])
 
 
+def test_adjusted_p_values_never_fall_when_a_raw_p_rises():
+    # what `respo table factorial --missing-seeds` relies on to bound adjusted p's by adjusting bounds
+    import random
+
+    from respo.study.stats import adjust
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        m = rng.randint(2, 5)
+        p = [rng.random() ** rng.choice((1, 3)) for _ in range(m)]
+        q = list(p)
+        k = rng.randrange(m)
+        q[k] = min(1.0, p[k] + 0.3 * rng.random())
+        for method in ("holm", "bh"):
+            assert all(b >= a - 1e-12 for a, b in zip(adjust(p, method), adjust(q, method))), (p, q, method)
+
+
 def test_minimum_detectable_effect_by_hand():
     from respo.study.stats import min_detectable, seeds_needed
 
