@@ -36,10 +36,11 @@ NOT_RUN = {
 }
 
 # the same SFT settings as the smoke `respo sft` flags below, so train finds the warm start sft built
-SFT_SMOKE = {"max_steps": 2, "eval_n": 8, "eval_prompts": 8, "batch_size": 8, "eval_every": 1}
+# (short sampled checks: the pretrained model's SFT otherwise spends most of its time sampling them)
+SFT_SMOKE = {"max_steps": 2, "eval_n": 2, "eval_prompts": 2, "batch_size": 2, "eval_every": 2, "max_new_tokens": 8}
 SMOKE = {
-    "sft": ["--max-steps", "2", "--eval-n", "8", "--eval-prompts", "8", "--batch-size", "8", "--eval-every", "1",
-            "--threads", "1"],
+    "sft": ["--max-steps", "2", "--eval-n", "2", "--eval-prompts", "2", "--batch-size", "2", "--eval-every", "2",
+            "--max-new-tokens", "8", "--threads", "1"],
     "train": ["--sft-kwargs", repr(SFT_SMOKE).replace("'", '"'), "--updates", "1", "--prompts", "2",
               "--group-size", "2", "--max-new-tokens", "8", "--eval-prompts", "2", "--eval-k", "1",
               "--progress", "false", "--tensorboard", "false", "--threads", "1"],
