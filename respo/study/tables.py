@@ -658,14 +658,12 @@ FACTORIAL_METRICS = {"late_mean": "late mean", "pass@1": "pass@1", "greedy_acc":
 FACTORIAL_DEFAULT = ("late_mean", "pass@1")
 
 
-def _factorial_seeds(rows: Sequence[dict]) -> set[int]:
-    """The seeds whose four arms of the 2 × 2 (`FACTORIAL_ARMS`) all finished at some (lr, N)."""
-    cells = group_rows(rows, ("lr", "reuse", "objective"))
-    out: set[int] = set()
-    for lr, n in {(lr, n) for lr, n, _ in cells}:
-        if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS):
-            out |= set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
-    return out
+def _complete_seeds(cells: dict[tuple, list[dict]]) -> dict[tuple, set[int]]:
+    """Per (lr, N) where all four arms of the 2 × 2 (`FACTORIAL_ARMS`) finished some run (``cells``: `group_rows`
+    by lr, reuse and objective), the seeds whose four arms all finished."""
+    return {(lr, n): set.intersection(*({r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS))
+            for lr, n in {(lr, n) for lr, n, _ in cells}
+            if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS)}
 
 
 def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "bh",
@@ -696,7 +694,8 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
         format_p, min_detectable, missing_seeds, tost_of, verdict
 
     cells = group_rows(rows, ("lr", "reuse", "objective"))
-    found = sorted({(lr, n) for lr, n, _ in cells if all((lr, n, arm) in cells for arm in FACTORIAL_ARMS)})
+    complete = _complete_seeds(cells)
+    found = sorted(complete)
     if not found:
         raise TableError(f"no (lr, N) with all four arms of the 2 × 2 ({', '.join(FACTORIAL_ARMS)}) finished")
     tests = []  # (lr, N, metric, contrast, seeds, PairedTest, Tost)
@@ -708,7 +707,7 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
         ran = {arm: {r["seed"] for r in rows if (r["lr"], r["reuse"], r["objective"]) == (lr, n, arm)}
                for arm in FACTORIAL_ARMS}
         done = {arm: {r["seed"] for r in cells[(lr, n, arm)]} for arm in FACTORIAL_ARMS}
-        common = set.intersection(*done.values())
+        common = complete[(lr, n)]
         partial = sorted(set.union(*ran.values()) - common)
         if partial:
             left_out.append(f"Not in any contrast at lr {lr:g}, N = {n} (not all four arms finished): " + "; ".join(
@@ -721,10 +720,10 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
             if unrecorded:
                 left_out.append(f"Not in the {metric} contrasts at lr {lr:g}, N = {n} (the endpoint was not recorded "
                                 f"in every arm): seed{'s' * (len(unrecorded) > 1)} {seed_list(unrecorded)}.")
-            per_seed = factorial_contrasts(*arms)
+            per_seed = factorial_contrasts(*arms) if missing else {}
             for name, t in factorial_2x2(*arms).items():
                 tests.append((lr, n, metric, name, t, tost_of(t, margin) if t.n >= 2 else None))
-                if missing and per_seed[name]:
+                if per_seed.get(name):
                     bounds[len(tests) - 1] = missing_seeds(per_seed[name], missing, margin)
             if starts and len(starts) > 1:
                 order = sorted(common)  # by_seed aligns the arms in this order
@@ -1095,7 +1094,7 @@ def run(args: argparse.Namespace) -> int:
                              f"tables and to headline --paired, not to {args.kind}{' without --paired' * (args.kind == 'headline')}")
         by_start = starts_by_seed(rows)
         if args.kind == "factorial":  # name only the seeds its contrasts pool (factorial_table names the others)
-            pooled = _factorial_seeds(rows)
+            pooled = set().union(*_complete_seeds(group_rows(rows, ("lr", "reuse", "objective"))).values())
             note = _starts_note({start: kept for start, seeds in by_start.items()
                                  if (kept := [s for s in seeds if s in pooled])})
         else:
