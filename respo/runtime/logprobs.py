@@ -13,21 +13,34 @@ P + t - 1:
 
     logp[b, t] = log_softmax(logits[b, P + t - 1] / temperature)[input_ids[b, P + t]]
 
-Large vocabularies: the float32 logits of a whole batch (B × T × V; 16 × 192 × 49,152 is 600 MB,
+Large vocabularies: the float32 logits of a whole batch (B × T × V; 64 × 192 × 49,152 is 2.4 GB,
 and autograd keeps them for the backward) are never materialised when they would exceed
 ``LOGITS_BUDGET`` elements. The decoder runs once; the output layer, log-softmax, gather and entropy
 then run over chunks of at most ``LOGITS_BUDGET // V`` response positions, each under activation
 checkpointing (its logits are recomputed in the backward instead of kept), so peak logits memory is
-one chunk. Below the budget (every character-level preset) the one-forward path runs, unchanged.
+one chunk. Below the budget the output layer runs once, its logits kept for the backward (a micro-batch
+of 8 responses of 120 tokens of a 49,152-token vocabulary is 190 MB). The entropy is a diagnostic: it is
+computed without a graph, so it keeps no vocabulary-wide tensor alive.
+
+Shared prompts (`shared_prefix_token_logprobs`): the G responses of a group share their prompt columns.
+The decoder then runs the prompt once per group (with its key/value states kept, and differentiable)
+and the responses on top of those states expanded over the group, so the prompt's work is done once
+instead of G times, and its gradient is the sum of what every response sends back through it: the same
+function of the weights as the unshared forward, equal up to float rounding.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
-#: Most logits (elements) materialised at once; above it the output layer runs in chunks (64 MiB float32).
-LOGITS_BUDGET = 1 << 24
+#: Most logits (elements) materialised at once; above it the output layer runs in chunks under activation
+#: checkpointing (its projection computed twice). 2**26 float32 elements is 256 MiB: a micro-batch of 8
+#: responses of up to 170 tokens of a 49,152-token vocabulary keeps its logits.
+LOGITS_BUDGET = 1 << 26
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -52,15 +65,16 @@ def logprobs_from_logits(
         tokens: (...) long indices into V.
 
     Returns:
-        logp (...) and entropy (...) = -Σ_v p_v log p_v (or None).
+        logp (...) and entropy (...) = -Σ_v p_v log p_v (or None), the entropy detached.
     """
     logits = logits.float()
     log_z = torch.logsumexp(logits, dim=-1)  # (...)
     logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_z  # (...)
     entropy = None
-    if with_entropy:
-        log_p = logits - log_z.unsqueeze(-1)  # (..., V)
-        entropy = -(log_p.exp() * log_p).sum(-1)  # (...)
+    if with_entropy:  # a diagnostic: no graph, so no (..., V) tensor is kept for the backward
+        with torch.no_grad():
+            log_p = logits - log_z.unsqueeze(-1)  # (..., V)
+            entropy = -(log_p.exp() * log_p).sum(-1)  # (...)
     return logp, entropy
 
 
@@ -149,11 +163,21 @@ def _chunked_token_logprobs(model, input_ids, attention_mask, response_start, te
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
     ).last_hidden_state  # (B, L, D)
-    B, D = input_ids.shape[0], hidden.shape[-1]
+    h = hidden[:, response_start - 1 : -1]  # (B, T, D): column P+t-1 predicts token P+t
+    return _output_layer_logprobs(model, h, input_ids[:, response_start:], temperature, with_entropy)
+
+
+def _output_layer_logprobs(model, h: torch.Tensor, tokens: torch.Tensor, temperature: float,
+                           with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logp (and entropy) of ``tokens`` (B, T) from the final hidden states ``h`` (B, T, D) that predict them:
+    the output layer at once within ``LOGITS_BUDGET``, else over checkpointed chunks of positions."""
+    B, T, D = h.shape
     head = model.get_output_embeddings()
-    h = hidden[:, response_start - 1 : -1].reshape(-1, D)  # (B*T, D): column P+t-1 predicts token P+t
-    tokens = input_ids[:, response_start:].reshape(-1)  # (B*T,)
+    h, tokens = h.reshape(-1, D), tokens.reshape(-1)  # (B*T, D), (B*T,)
     step = max(1, LOGITS_BUDGET // head.weight.shape[0])
+    if h.shape[0] <= step:  # the logits fit: one pass of the output layer, its logits kept for the backward
+        logp, ent = _head_logprobs(head, h, tokens, temperature, with_entropy)
+        return logp.view(B, T), ent.view(B, T) if with_entropy else None
     logps, entropies = [], []
     for i in range(0, h.shape[0], step):
         args = (head, h[i : i + step], tokens[i : i + step], temperature, with_entropy)
@@ -163,5 +187,98 @@ def _chunked_token_logprobs(model, input_ids, attention_mask, response_start, te
             lp, ent = _head_logprobs(*args)
         logps.append(lp)
         entropies.append(ent)
-    logp = torch.cat(logps).view(B, -1)  # (B, T)
-    return logp, torch.cat(entropies).view(B, -1) if with_entropy else None
+    logp = torch.cat(logps).view(B, T)  # (B, T)
+    return logp, torch.cat(entropies).view(B, T) if with_entropy else None
+
+
+def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  response_start: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The rows that share their prompt: ``(first, group)`` or None when no two rows do.
+
+    Two rows share a prompt when their first ``response_start`` columns of ``input_ids`` and
+    ``attention_mask`` are equal. ``first`` (n,) holds the first row of each of the n distinct prompts, in
+    row order; ``group`` (B,) the index into ``first`` of every row's prompt. E.g. rows with prompts
+    [a, a, b, a] give first = [0, 2], group = [0, 0, 1, 0].
+    """
+    P = response_start
+    keys: dict[bytes, int] = {}
+    first, group = [], []
+    cols = torch.cat([input_ids[:, :P], attention_mask[:, :P].to(input_ids.dtype)], dim=1).cpu()  # (B, 2P)
+    for r, row in enumerate(cols):
+        k = row.numpy().tobytes()
+        if k not in keys:
+            keys[k] = len(first)
+            first.append(r)
+        group.append(keys[k])
+    if len(first) == len(group):
+        return None
+    device = input_ids.device
+    return torch.tensor(first, device=device), torch.tensor(group, device=device)
+
+
+def can_share_prompts(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot take `shared_prefix_token_logprobs`, or None when it can (a decoder under
+    ``base_model_prefix`` that returns a `DynamicCache`-style key/value cache, then the output layer)."""
+    if not _chunkable(model):
+        return "the model does not split into a decoder and an output layer (or soft-caps its logits)"
+    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "the model attends through a sliding window"
+    if getattr(config, "is_encoder_decoder", False):
+        return "the model is an encoder-decoder"
+    return None
+
+
+ContextFactory = Callable[[], AbstractContextManager]
+
+
+def shared_prefix_token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_start: int,
+    first: torch.Tensor,
+    group: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    prompt_context: ContextFactory = nullcontext,
+    response_context: ContextFactory = nullcontext,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logprobs` with each distinct prompt run once (see the module docstring).
+
+    The decoder runs the n prompts ``input_ids[first, :P]`` and keeps their key/value states (with their
+    graph); the states are expanded to the B rows by ``group`` and the responses ``input_ids[:, P:]`` run
+    on them, at the positions the unshared forward gives them. Response token 0 is predicted by the
+    prompt's last hidden state, token t > 0 by the response's column t - 1, so
+
+        logp[b, t] = token_logprobs(...)[b, t]        up to float rounding,
+
+    and the gradient reaching the shared prompt states is the sum over the group's rows.
+
+    Args:
+        first, group: `prompt_groups` of these rows (rows of one group must share their prompt columns).
+        prompt_context, response_context: context factories entered around the decoder's prompt and
+            response passes (e.g. MoE routing replay of each part's recorded experts).
+
+    Returns:
+        logp (B, T) float32 and entropy (B, T) float32 (detached) or None, with T = L - P.
+    """
+    P, L = response_start, input_ids.shape[1]
+    if not 1 <= P < L:
+        raise ValueError(f"response_start must be in [1, {L - 1}] for L = {L}, got {response_start}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    decoder = getattr(model, model.base_model_prefix)
+    p_mask = attention_mask[first, :P]  # (n, P)
+    with prompt_context():
+        prompt = decoder(input_ids=input_ids[first, :P], attention_mask=p_mask,
+                         position_ids=position_ids_from_mask(p_mask), use_cache=True)
+    cache = prompt.past_key_values
+    cache.batch_select_indices(group)  # (n, ...) -> (B, ...): each row on its prompt's states
+    with response_context():
+        hidden = decoder(input_ids=input_ids[:, P:], attention_mask=attention_mask,
+                         position_ids=position_ids_from_mask(attention_mask)[:, P:], past_key_values=cache,
+                         use_cache=True).last_hidden_state  # (B, T, D)
+    h = torch.cat([prompt.last_hidden_state[group, -1:], hidden[:, :-1]], dim=1)  # (B, T, D): predicts P + t
+    return _output_layer_logprobs(model, h, input_ids[:, P:], temperature, with_entropy)

@@ -143,6 +143,7 @@ class TrainConfig:
     device: str = field(default="cpu", metadata={"help": "where sampling, training, evaluation and SFT run: cpu | cuda | cuda:K | auto (CUDA when available)", "reusable": True})
     dtype: str = field(default="float32", metadata={"help": "compute dtype: float32 | bfloat16 (autocast with float32 master weights, float32 logits and log-probs)", "protocol": True})
     micro_batch_tokens: int = field(default=0, metadata={"help": "pack each mini-batch into micro-batches of at most this many padded tokens (rows x columns); 0 = use micro_batch"})
+    share_prompts: bool = field(default=True, metadata={"help": "run each prompt once for the rows of a micro-batch that share it (a group's G responses), in the old-logp and training forwards; equal to one forward per row up to float rounding (config.json's forward names the path a run takes)"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the training forward (pays off on long runs only; see benchmarks/bench_compile.py)"})
 
 

@@ -14,6 +14,14 @@ moved to the model's device for its forward, which runs in ``cfg.dtype``
 MoE routing is decided in one place, `ForwardRouting`: sampling records the experts every token
 used; the ``old_logp`` and training forwards replay them (``routing_replay``) or, for the training
 forward, record what the current router picks, so the router shift since the rollout is logged.
+
+Shared prompts (``share_prompts``, on by default): the rows of a micro-batch that share their prompt
+columns (a group's G responses) run the prompt once
+(`respo.runtime.logprobs.shared_prefix_token_logprobs`), both in the ``old_logp`` recompute and in the
+training forward, so the two still agree bitwise; the result equals one forward per row up to float
+rounding. Where no two rows of a micro-batch share a prompt, where their replayed prompt routings differ,
+with ``compile`` or with a model that cannot take it, the micro-batch runs one forward per row
+(`forward_path` says which a run takes; config.json records it).
 """
 
 from __future__ import annotations
@@ -21,12 +29,13 @@ from __future__ import annotations
 import torch
 
 from respo.runtime import moe
-from respo.runtime.logprobs import token_logprobs
+from respo.runtime.logprobs import can_share_prompts, prompt_groups, shared_prefix_token_logprobs, token_logprobs
 from respo.runtime.precision import mixed_precision
 from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
 
-__all__ = ["ForwardRouting", "replayed_routing", "micro_batches", "training_forward", "forward_logprobs"]
+__all__ = ["ForwardRouting", "replayed_routing", "micro_batches", "training_forward", "forward_path", "score",
+           "forward_logprobs"]
 
 
 class ForwardRouting:
@@ -116,9 +125,68 @@ def training_forward(model, cfg: TrainConfig):
     return compiled
 
 
-def forward_logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False):
-    """``token_logprobs`` of a micro-batch on the model's device in ``cfg.dtype``; float32 (m, t) results."""
+def forward_path(model, cfg: TrainConfig) -> str:
+    """How the run's forwards treat rows that share a prompt: ``"shared prompts"`` or
+    ``"one forward per row (<why>)"``."""
+    if not cfg.share_prompts:
+        why = "share_prompts is off"
+    elif cfg.compile:
+        why = "compile is on"
+    elif cfg.group_size < 2:
+        why = "group_size 1: no two rows share a prompt"
+    else:
+        why = can_share_prompts(model)
+    return "shared prompts" if why is None else f"one forward per row ({why})"
+
+
+def _shared_rows(model, mb: Batch, cfg: TrainConfig, replay: torch.Tensor | None):
+    """``(first, group)`` of the micro-batch's rows that share a prompt (`prompt_groups`), or None where the
+    run or the micro-batch takes one forward per row."""
+    if not forward_path(model, cfg).startswith("shared"):
+        return None
+    share = prompt_groups(mb.input_ids, mb.attention_mask, mb.response_start)
+    if share is None:
+        return None
+    first, group = share
+    P = mb.response_start
+    if replay is not None and not torch.equal(replay[:, :P], replay[first.to(replay.device)][group.to(replay.device), :P]):
+        return None  # the rows' recorded prompt experts differ: each row replays its own
+    return share
+
+
+def score(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False, record: bool = False):
+    """One micro-batch's forward: ``(logp, entropy, routing)``.
+
+    ``token_logprobs`` of the micro-batch on the model's device in ``cfg.dtype`` (float32 (m, t) results),
+    its prompts shared where the rows share them (see the module docstring), under the run's MoE routing
+    (`replayed_routing`). With ``record`` (an MoE policy) ``routing`` is what the current router picks,
+    ``(m, L, n_layers, k)``; otherwise None.
+    """
     device = next(model.parameters()).device
+    replay = replayed_routing(mb, cfg, model)
+    ids, attn, P = mb.input_ids.to(device), mb.attention_mask.to(device), mb.response_start
+    share = _shared_rows(model, mb, cfg, replay)
     with mixed_precision(model, cfg.dtype):
-        return token_logprobs(training_forward(model, cfg), mb.input_ids.to(device), mb.attention_mask.to(device),
-                              mb.response_start, temperature=cfg.temperature, with_entropy=with_entropy)
+        if share is None:
+            with ForwardRouting(model, replay=replay, record=record) as routing:
+                logp, ent = token_logprobs(training_forward(model, cfg), ids, attn, P, temperature=cfg.temperature,
+                                           with_entropy=with_entropy)
+            return logp, ent, routing.current(length=ids.shape[1]) if record else None
+        first, group = (x.to(device) for x in share)
+        on_prompt = ForwardRouting(model, replay=None if replay is None else replay[first, :P], record=record)
+        on_response = ForwardRouting(model, replay=None if replay is None else replay[:, P:], record=record)
+        logp, ent = shared_prefix_token_logprobs(model, ids, attn, P, first, group, temperature=cfg.temperature,
+                                                 with_entropy=with_entropy, prompt_context=lambda: on_prompt,
+                                                 response_context=lambda: on_response)
+    if not record:
+        return logp, ent, None
+    prompt_now, response_now = on_prompt.current(length=P), on_response.current(length=ids.shape[1] - P)
+    if prompt_now is None or response_now is None:
+        return logp, ent, None
+    return logp, ent, torch.cat([prompt_now[group.to(prompt_now.device)], response_now], dim=1)  # (m, L, n_layers, k)
+
+
+def forward_logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False):
+    """`score` without routing: float32 (m, t) ``logp`` and ``entropy`` (or None)."""
+    logp, ent, _ = score(model, mb, cfg, with_entropy=with_entropy)
+    return logp, ent

@@ -20,7 +20,7 @@ from respo.runtime.tasks import score_rollout
 from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
 from respo.train.metrics import timed
-from respo.train.forward import ForwardRouting, forward_logprobs, micro_batches, replayed_routing
+from respo.train.forward import forward_logprobs, micro_batches
 
 __all__ = ["sample_rollout", "recompute_logp"]
 
@@ -86,7 +86,6 @@ def recompute_logp(model, batch: Batch, cfg: TrainConfig, *, start_row: int = 0)
         mini = batch.rows(mb_start, min(mb_start + cfg.mini_batch_seqs, batch.size))
         for i, j in micro_batches(mini.mask, mini.response_start, cfg):
             mb = mini.rows(i, j).trimmed()
-            with ForwardRouting(model, replay=replayed_routing(mb, cfg, model)):
-                logp, _ = forward_logprobs(model, mb, cfg)
+            logp, _ = forward_logprobs(model, mb, cfg)  # the run's MoE routing replay, its prompts shared
             old[mb_start + i:mb_start + j, :logp.shape[1]] = logp.cpu() * mb.mask  # (m, t)
     return old

@@ -36,6 +36,7 @@ from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
 from respo.train.checkpoint import RunState, checkpoint_manifest, rng_state, set_rng_state, verify_checkpoint
 from respo.train.config import ConfigError, TrainConfig, config_to_dict, validate
+from respo.train.forward import forward_path
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
 from respo.train.policy import Policy, load_run_policy
@@ -199,7 +200,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     engine = make_engine(cfg.rollout_engine, model, policy.tokenizer, dtype=cfg.dtype, engine_dtype=cfg.engine_dtype,
                          threads=cfg.engine_threads, verbose=cfg.progress)
     record = {**settings, "policy": policy.info, "prompt_rendering": getattr(task, "rendering", "raw"),
-              "engine": engine.info}
+              "engine": engine.info, "forward": forward_path(model, cfg)}
     if ckpt is not None:
         _check_same_start(run_dir, policy.info)
         state.load(ckpt, model)

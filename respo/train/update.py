@@ -18,7 +18,7 @@ from respo.core.mismatch import rollout_correction_weights
 from respo.runtime import moe
 from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
-from respo.train.forward import ForwardRouting, forward_logprobs, micro_batches, replayed_routing
+from respo.train.forward import micro_batches, score
 
 __all__ = ["run_objective", "update_step", "make_optimizer"]
 
@@ -77,12 +77,11 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
         mask = mb.mask.to(device)  # (m, t)
-        with ForwardRouting(model, replay=replayed_routing(mb, cfg, model), record=mb.routing is not None) as routing:
-            logp, ent = forward_logprobs(model, mb, cfg, with_entropy=True)  # (m, t)
+        logp, ent, routing = score(model, mb, cfg, with_entropy=True, record=mb.routing is not None)  # (m, t)
         if on_policy:
             old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
-        if mb.routing is not None:
-            router_now.append(routing.current(length=mb.input_ids.shape[1]).cpu())
+        if routing is not None:
+            router_now.append(routing.cpu())
         prox = {"prox_logp": logp.detach()} if takes_prox else {}  # π_prox: the policy before this update's step
         if stale is not None:
             prox["staleness"] = stale[i:j, :t].to(device)
