@@ -116,8 +116,15 @@ def build_policy(
         )
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: not a saved Hugging Face model")
+    if not any(path.glob("*.safetensors")):
+        pickled = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt"))
+        what = f"its weights are pickled ({', '.join(pickled[:3])}), which loading could run code from" if pickled \
+            else "it has no *.safetensors weights"
+        raise ValueError(f"model directory {path}: {what}; respo loads safetensors only (convert them, e.g. "
+                         "model.save_pretrained(dir) in a trusted environment)")
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True, **overrides
+        path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True, use_safetensors=True,
+        **overrides
     )
     vocab = model.get_input_embeddings().weight.shape[0]
     if vocab < len(tokenizer):

@@ -4,14 +4,19 @@ Layout of ``<run>/ckpt/update-000042/``:
 
 - ``model.safetensors``  model weights (`safetensors.torch.save_model`, handles tied weights)
 - ``trainer.pt``         optimizer + scheduler state, RNG states (torch, python, numpy, sampling
-                         generator), update counter, data cursor, rollout buffer contents
+                         generator), update counter, data cursor, rollout buffer contents: tensors and
+                         plain values only (numbers, strings, lists, tuples, dicts), read back with
+                         ``torch.load(weights_only=True)``, which refuses any other object, so a
+                         checkpoint cannot run code when it is loaded
 - ``manifest.json``      format version, update, and the SHA-256 and size of every file above
 
 A checkpoint is written into a temporary directory next to the final one, fsynced, and renamed
 into place, so a kill at any moment leaves either the previous checkpoints or the new complete one
 (plus, at worst, a ``.tmp-*`` directory that is ignored and cleaned up). Loading verifies the
 manifest; a missing file, wrong size or checksum raises `CheckpointError` rather than loading
-anything.
+anything. The checksums protect against corruption, not against whoever can write the run directory
+(they can rewrite the manifest too): that protection is weights-only loading, which refuses a
+``trainer.pt`` that holds anything but tensors and plain values, in one line, before any of it is used.
 
 When: every ``checkpoint_every`` updates, at the end of a run, and on SIGINT/SIGTERM (the trainer
 finishes the current update first, so the checkpoint is always at an update boundary).
@@ -83,15 +88,19 @@ def _fsync_dir(path: Path) -> None:
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
-    """Every RNG a run draws from."""
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+    """Every RNG a run draws from, as tensors and plain values (numpy's key as a tensor, not an array)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": (kind, torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
             "generator": None if generator is None else generator.get_state()}
 
 
 def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, key, pos, has_gauss, cached = state["numpy"]
+    key = key.numpy() if isinstance(key, torch.Tensor) else np.asarray(key)
+    np.random.set_state((kind, key.astype(np.uint32), pos, has_gauss, cached))
     if generator is not None and state.get("generator") is not None:
         generator.set_state(state["generator"])
 
@@ -200,10 +209,35 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module) -> dict[str, Any]:
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {str(path)!r} does not match the model: {len(missing)} missing and "
                               f"{len(unexpected)} unexpected tensors (e.g. {(list(missing) + list(unexpected))[:3]})")
-    state = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+    state = load_trainer_state(path / "trainer.pt")
     if state.get("update") != manifest["update"]:
         raise CheckpointError(f"checkpoint {str(path)!r}: trainer state is for update {state.get('update')}, "
                               f"manifest says {manifest['update']}")
+    return state
+
+
+#: numpy's array reconstruction, which checkpoints written before the RNG state held plain values pickled
+#: (numpy's RNG key): it builds an array of a dtype and nothing else, so weights-only loading may allow it.
+_NUMPY_ARRAY_GLOBALS = (np.ndarray, np.dtype, np.dtypes.UInt32DType, np._core.multiarray._reconstruct)
+
+
+def load_trainer_state(path: str | Path) -> dict[str, Any]:
+    """``trainer.pt`` read with ``weights_only=True``: tensors and plain values only (and the numpy arrays of
+    older checkpoints' RNG state); anything else is refused with `CheckpointError` before it can run."""
+    import pickle
+
+    try:
+        with torch.serialization.safe_globals(list(_NUMPY_ARRAY_GLOBALS)):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        import re
+
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        what = f" (it calls {found.group(1)})" if found else ""
+        raise CheckpointError(f"{str(path)!r} holds objects other than tensors and plain values{what}: refused, "
+                              "since loading it could run code") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not a trainer state (a dict)")
     return state
 
 

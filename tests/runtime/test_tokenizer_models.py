@@ -73,6 +73,13 @@ def test_build_policy_from_directory_and_errors(tok, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="config.json"):
         build_policy(tmp_path / "empty", tok)
+    # pickled weights (pytorch_model.bin) are refused in one line before anything is unpickled
+    (tmp_path / "pickled").mkdir()
+    (tmp_path / "pickled" / "config.json").write_text((tmp_path / "m" / "config.json").read_text())
+    torch.save(model.state_dict(), tmp_path / "pickled" / "pytorch_model.bin")
+    with pytest.raises(ValueError, match=r"its weights are pickled \(pytorch_model.bin\)") as err:
+        build_policy(tmp_path / "pickled", tok)
+    assert "\n" not in str(err.value)
 
 
 def test_position_ids_count_real_tokens_only():

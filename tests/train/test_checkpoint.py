@@ -204,3 +204,51 @@ def test_repeated_prompts_counts_draws_beyond_the_distinct_prompts():
     assert repeated_prompts(b, group_size=2) == 0
     b.example_index = None  # a batch that does not record its prompts
     assert repeated_prompts(b, group_size=2) == 0
+
+
+class _RunsACommand:
+    """A pickle that, when unpickled, creates ``marker`` (what a hostile trainer.pt would do with a shell)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))  # unpickling calls open(marker, "w"): the file appears
+
+
+def test_a_planted_pickle_in_trainer_pt_is_refused_and_runs_nothing(tmp_path):
+    # a real run's checkpoint; trainer.pt replaced by a pickle that runs code and then holds the real state,
+    # with the manifest's checksum updated to match (whoever writes the file can write the manifest): resuming
+    # refuses it in one line and the code never runs
+    import hashlib
+    import json
+
+    from respo.train.trainer import train
+    from trainer_support import small_cfg
+
+    cfg = small_cfg(updates=2, checkpoint_every=1, out_dir=str(tmp_path / "run"), threads=1)
+    run = train(cfg)
+    ckpt = latest_checkpoint(run / "ckpt")
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)  # the real state is plain: weights-only reads it
+    marker = tmp_path / "ran"
+    torch.save({**state, "payload": _RunsACommand(marker)}, ckpt / "trainer.pt")
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    data = (ckpt / "trainer.pt").read_bytes()
+    manifest["files"]["trainer.pt"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="objects other than tensors and plain values") as err:
+        train(small_cfg(updates=3, checkpoint_every=1, out_dir=str(run), threads=1), resume=True)
+    assert "\n" not in str(err.value) and "(it calls io.open)" in str(err.value)
+    assert not marker.exists()
+
+
+def test_checkpoints_of_the_older_format_still_load(tmp_path):
+    # before the RNG state was plain values, trainer.pt pickled numpy's RNG key as an array: still readable
+    from respo.train.checkpoint import load_trainer_state
+
+    np.random.seed(5)
+    torch.save({"update": 1, "rng": {"numpy": np.random.get_state()}}, tmp_path / "trainer.pt")
+    state = load_trainer_state(tmp_path / "trainer.pt")
+    expected = np.random.rand()
+    np.random.set_state(state["rng"]["numpy"])
+    assert np.random.rand() == expected
