@@ -90,16 +90,78 @@ def resolve_engine_dtype(dtype: str, width: int) -> tuple[str, float | None]:
     return ("bfloat16" if speedup >= BF16_MIN_SPEEDUP else "float32"), speedup
 
 
+PID_FILE = "trainer.pid"  # in every engine directory: the trainer that owns it (leftovers are removed by pid)
+
+
+def _private_dir(parent: Path) -> Path:
+    """A new directory under ``parent`` that only this user can enter (``mkdtemp``: mode 0700, an
+    unpredictable ``respo-vllm-*`` name), holding the trainer's pid."""
+    path = Path(tempfile.mkdtemp(prefix="respo-vllm-", dir=parent))
+    (path / PID_FILE).write_text(str(os.getpid()))
+    return path
+
+
 def _weights_file(run_tmp: Path, nbytes: int) -> Path:
-    """Where the shared weights live: in /dev/shm when it has room for twice their size (containers often give
-    it 64 MB), else next to the engine's other files."""
+    """A new, private file for the shared weights: ``weights.f32`` in a directory of its own in /dev/shm when it
+    has room for twice their size (containers often give it 64 MB), else in the engine's directory; both are
+    `_private_dir` s. Created exclusively and without following a link (``O_CREAT | O_EXCL | O_NOFOLLOW``), mode
+    0600, so no other user can read the policy's weights, replace them or redirect the write."""
+    where = run_tmp
     shm = Path("/dev/shm")
     try:
         if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= 2 * nbytes:
-            return shm / f"{run_tmp.name}.weights"
+            where = _private_dir(shm)
     except OSError:
         pass
-    return run_tmp / "weights.f32"
+    path = where / "weights.f32"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(parents: tuple[Path, ...] | None = None) -> list[Path]:
+    """Remove the engine directories (``respo-vllm-*``, this user's) whose trainer is gone: what a trainer killed
+    with SIGKILL and its engine left behind (the model copy, the socket, the weights in /dev/shm). A directory
+    without a readable pid file is left alone. Returns the directories removed."""
+    parents = parents if parents is not None else (Path(tempfile.gettempdir()), Path("/dev/shm"))
+    removed = []
+    for parent in parents:
+        try:
+            entries = list(parent.glob("respo-vllm-*"))
+        except OSError:
+            continue
+        for d in entries:
+            try:
+                st = d.lstat()
+                if not d.is_dir() or d.is_symlink() or st.st_uid != os.getuid():
+                    continue
+                pid = int((d / PID_FILE).read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if not _alive(pid):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+    return removed
+
+
+def _digest(flat: torch.Tensor) -> str:
+    """SHA-256 of a flat float32 buffer's bytes (what the engine checks it loaded)."""
+    import hashlib
+
+    return hashlib.sha256(memoryview(flat.numpy())).hexdigest()
 
 
 class VLLMEngine:
@@ -126,7 +188,8 @@ class VLLMEngine:
             print(f"[respo] vllm engine_dtype: {note}", file=sys.stderr, flush=True)
         limit = int(getattr(config.get_text_config(decoder=True), "max_position_embeddings", 2048) or 2048)
         self.max_model_len = int(max_model_len or min(limit, 4096))
-        self._dir = Path(tempfile.mkdtemp(prefix="respo-vllm-"))
+        remove_leftovers()
+        self._dir = _private_dir(Path(tempfile.gettempdir()))
         self._proc = None
         self._conn = None
         self._layout = None
@@ -210,7 +273,7 @@ class VLLMEngine:
         with torch.no_grad():
             for (name, p), (_, _, off, n) in zip(params, self._layout):
                 self._flat[off:off + n].copy_(p.detach().reshape(-1))
-        self._call("weights", path=str(self._weights_path), layout=self._layout)
+        self._call("weights", path=str(self._weights_path), layout=self._layout, sha256=_digest(self._flat))
         return time.perf_counter() - t0
 
     def sample(self, prompts: list[str], *, max_new_tokens: int, temperature: float, top_p: float,
@@ -267,7 +330,10 @@ class VLLMEngine:
         if getattr(self, "_log", None) is not None:
             self._log.close()
         if self._weights_path is not None:
+            weights_dir = Path(self._weights_path).parent
             Path(self._weights_path).unlink(missing_ok=True)
+            if weights_dir != self._dir:  # its own directory in /dev/shm
+                shutil.rmtree(weights_dir, ignore_errors=True)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __del__(self):

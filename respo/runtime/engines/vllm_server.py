@@ -7,13 +7,17 @@ the standard library, torch and vllm, never respo). It connects back to the trai
 serves requests until it is told to stop or the trainer goes away:
 
     ("init",     {model_dir, dtype, max_model_len, seed, threads})  -> {"load_s", "torch", "vllm"}
-    ("weights",  {path, layout: [(name, shape, offset, numel)]})     -> {"sync_s"}
+    ("weights",  {path, layout: [(name, shape, offset, numel)],
+                  sha256})                                          -> {"sync_s"}
     ("generate", {prompts: [[token ids]], max_tokens, temperature,
                   top_p, seed, stop_token_ids})                     -> [(token_ids, logprobs, finish_reason)]
     ("close",    {})                                                -> None
 
 Weights arrive through a shared float32 file (``torch.from_file(shared=True)``, one flat buffer written by the
-trainer) and are installed with the worker's ``reload_weights``, in place. The model is first loaded from
+trainer) and are installed with the worker's ``reload_weights``, in place. The file must be what the trainer
+made (`checked_weights`): a regular file of this user, mode 0600, in a directory only this user can enter, of
+the layout's size, whose SHA-256 is the one the trainer sent over the socket, and finite; anything else is
+refused before it is installed. The model is first loaded from
 the directory the trainer saved it to (vLLM's CPU backend repacks weights when it loads them, and an
 engine started from dummy weights does not follow ``reload_weights``: measured), then follows every sync.
 
@@ -30,6 +34,7 @@ the distribution it was drawn from (after temperature and top-p), as the respo s
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -51,6 +56,31 @@ def _repack_tied_head(model) -> None:
     head.quant_method.process_weights_after_loading(head)
 
 
+def checked_weights(path: str, total: int, sha256: str):
+    """The shared weights file as a flat float32 tensor, after checking it is the trainer's (see the module
+    docstring); ``ValueError`` naming what is wrong otherwise."""
+    import hashlib
+    import stat
+
+    import torch
+
+    st = os.lstat(path)
+    parent = os.stat(os.path.dirname(path) or ".")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"the weights file {path} is not a regular file (a link or a device): refused")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077 or parent.st_uid != os.getuid() or parent.st_mode & 0o077:
+        raise ValueError(f"the weights file {path} or its directory is not private to this user "
+                         f"(modes {stat.S_IMODE(st.st_mode):o}, {stat.S_IMODE(parent.st_mode):o}): refused")
+    if st.st_size != 4 * total:
+        raise ValueError(f"the weights file {path} has {st.st_size} bytes, the layout needs {4 * total}: refused")
+    flat = torch.from_file(path, shared=True, size=total, dtype=torch.float32)
+    if hashlib.sha256(memoryview(flat.numpy())).hexdigest() != sha256:
+        raise ValueError(f"the weights file {path} is not what the trainer wrote (its SHA-256 differs): refused")
+    if not bool(torch.isfinite(flat.sum(dtype=torch.float64))):
+        raise ValueError(f"the weights in {path} are not all finite: refused")
+    return flat
+
+
 class _Server:
     def __init__(self):
         self.llm = None
@@ -68,15 +98,11 @@ class _Server:
         return {"load_s": time.perf_counter() - t0, "torch": torch.__version__, "vllm": vllm.__version__,
                 "threads": threads}
 
-    def weights(self, path: str, layout: list) -> dict:
-        import torch
-
+    def weights(self, path: str, layout: list, sha256: str) -> dict:
         t0 = time.perf_counter()
         total = max((off + n for _, _, off, n in layout), default=0)
-        if self.flat is None or self.flat_path != path or self.flat.numel() != total:
-            self.flat = torch.from_file(path, shared=True, size=total, dtype=torch.float32)
-            self.flat_path = path
-        flat = self.flat
+        self.flat_path = path
+        self.flat = flat = checked_weights(path, total, sha256)
         tensors = [(name, flat[off:off + n].view(*shape)) for name, shape, off, n in layout]
         worker = self.llm.llm_engine.model_executor.driver_worker.worker
         worker.reload_weights(weights_iterator=iter(tensors))
@@ -85,14 +111,15 @@ class _Server:
 
     def remove_files(self, engine_dir: str | None) -> None:
         """The shared weights file and the engine's directory, left by a trainer that was killed."""
-        import shutil
-
         self.flat = None
         if self.flat_path:
             try:
                 os.unlink(self.flat_path)
             except OSError:
                 pass
+            weights_dir = os.path.dirname(self.flat_path)
+            if os.path.basename(weights_dir).startswith("respo-vllm-"):  # its own directory in /dev/shm
+                shutil.rmtree(weights_dir, ignore_errors=True)
         if engine_dir and os.path.basename(engine_dir).startswith("respo-vllm-"):
             shutil.rmtree(engine_dir, ignore_errors=True)
 
@@ -122,18 +149,17 @@ def main() -> int:
     while True:
         try:
             op, kwargs = conn.recv()
-        except (EOFError, OSError):  # the trainer went away (killed): remove what it could not
+            if op == "close":
+                conn.send(("ok", None))
+                return 0
+            try:
+                reply = ("ok", getattr(server, op)(**kwargs))
+            except Exception as err:  # sent back; the trainer raises it as one line
+                reply = ("error", f"{type(err).__name__}: {err}", traceback.format_exc())
+            conn.send(reply)
+        except (EOFError, OSError):  # the trainer went away (killed), even mid-reply: remove what it could not
             server.remove_files(os.environ.get("RESPO_ENGINE_DIR"))
             return 0
-        if op == "close":
-            conn.send(("ok", None))
-            return 0
-        try:
-            result = getattr(server, op)(**kwargs)
-        except Exception as err:  # sent back; the trainer raises it as one line
-            conn.send(("error", f"{type(err).__name__}: {err}", traceback.format_exc()))
-            continue
-        conn.send(("ok", result))
 
 
 if __name__ == "__main__":
