@@ -690,7 +690,7 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
     other contrasts' bounds as the tests are (adjusted p's are monotone in the raw ones, so these bound them):
     a difference is ruled out where the adjusted smallest p stays above α, an equivalence kept where the
     adjusted largest TOST p stays at or below α."""
-    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, factorial_contrasts, \
+    from respo.study.stats import ADJUST_METHODS, FACTORIAL_CONTRASTS, adjust, factorial_2x2, factorial_contrasts, welch, \
         format_p, min_detectable, missing_seeds, tost_of, verdict
 
     cells = group_rows(rows, ("lr", "reuse", "objective"))
@@ -729,8 +729,9 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
                 order = sorted(common)  # by_seed aligns the arms in this order
                 for start, seeds in starts.items():
                     keep = [i for i, seed in enumerate(order) if seed in seeds]
-                    per_start.append((lr, n, metric, start,
-                                      factorial_2x2(*([a[i] for i in keep] for a in arms)) if keep else None))
+                    sub = [[a[i] for i in keep] for a in arms]
+                    per_start.append((lr, n, metric, start, factorial_2x2(*sub) if keep else None,
+                                      factorial_contrasts(*sub) if keep else None))
     p_adj = adjust([t.p for *_, t, _ in tests], method)
     p_tost = adjust([math.nan if eq is None else eq.p for *_, eq in tests], method)
     name = ADJUST_METHODS[method].split(" (")[0]
@@ -753,13 +754,20 @@ def factorial_table(rows: list[dict], *, margin: float = MARGIN, method: str = "
                    f"{_f(min_detectable(sd, t.n), 3)} | {words} |")
     if per_start:
         out += ["", "Each starting policy's seeds alone: the mean per-seed contrast (a description beside the tests "
-                "above, not a further test).", "",
+                "above, not a further test); where a cell's seeds come from two starts, the Welch p of the difference "
+                "between the two starts' per-seed contrasts (descriptive: not declared, not adjusted).", "",
                 "| lr | N | metric | start | seeds | " + " | ".join(FACTORIAL_CONTRASTS) + " |",
                 "|" + "---|" * (5 + len(FACTORIAL_CONTRASTS))]
-        for lr, n, metric, start, got in per_start:  # got None: no seed of this start holds all four arms yet
+        cells: dict[tuple, list] = {}
+        for lr, n, metric, start, got, values in per_start:  # got None: no seed of this start holds all four arms yet
             k = next(iter(got.values())).n if got else 0
             out.append(f"| {lr:g} | {n} | {metric} | {start} | {k} | "
                        + " | ".join(f"{got[c].diff:+.3f}" if got else "—" for c in FACTORIAL_CONTRASTS) + " |")
+            cells.setdefault((lr, n, metric), []).append(values)
+            both = cells[(lr, n, metric)]
+            if len(both) == 2 and all(v is not None and len(v[FACTORIAL_CONTRASTS[0]]) >= 2 for v in both):
+                out.append(f"| {lr:g} | {n} | {metric} | between the two starts, Welch p | | "
+                           + " | ".join(format_p(welch(both[0][c], both[1][c]).p) for c in FACTORIAL_CONTRASTS) + " |")
     if missing:
         # each bound adjusted with the others, as the tests are: an adjusted p never falls when a raw p rises, so
         # adjusting the smallest p's together bounds every adjusted p from below, the largest TOST p's from above

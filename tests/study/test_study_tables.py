@@ -816,3 +816,17 @@ def test_mismatch_columns_and_table_by_hand(tmp_path, capsys):
         mismatch_table([r for r in read if r["objective"] == "respo"])
     assert main(["table", "mismatch", str(tmp_path / "runs.csv")]) == 0
     assert "| 3e-05 | 2 | vespo | 2 |" in capsys.readouterr().out
+
+
+def test_factorial_over_two_starts_compares_them_descriptively():
+    from respo.study.tables import starts_by_seed
+    # R⁺V⁻ = V⁺R⁻ = V⁺V⁻ = .5 on every seed, so c- = c+ = ½(RR − .5) and cx = RR − .5. RR = .18, .22 (start aaa,
+    # seeds 0, 1) and .30, .34 (bbb, seeds 2, 3): c- = −.16, −.14 against −.10, −.08. Welch: means −.15 and −.09,
+    # variances .0002 each, t = −.06 / √(.0002/2 + .0002/2) = −4.243 on df = .0002² / (2 · .0001²) = 2, p = .051;
+    # the same for every contrast (a contrast scaled by 2 has the same t)
+    rr = [0.18, 0.22, 0.30, 0.34]
+    arms = {"respo": rr, "respo+/vespo-": [0.5] * 4, "vespo+/respo-": [0.5] * 4, "vespo": [0.5] * 4}
+    rows = [_row(o, s, x, x, start="aaa" if s < 2 else "bbb") for o, xs in arms.items() for s, x in enumerate(xs)]
+    lines = factorial_table(rows, method="holm", metrics=("pass@1",), starts=starts_by_seed(rows))
+    assert "| 3e-05 | 8 | pass@1 | between the two starts, Welch p | | 0.051 | 0.051 | 0.051 |" in lines
+    assert "descriptive: not declared, not adjusted" in "\n".join(lines)
