@@ -94,11 +94,13 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
     - neither flag: the directory must hold no previous run (`RUN_ENTRIES`);
     - ``overwrite``: a previous run's files are deleted first (nothing else in the directory is touched);
     - ``resume``: the newest checkpoint, or None when the directory holds no previous run at all (said on
-      stdout: "nothing to resume in DIR; starting a new run").
+      stdout: "nothing to resume in DIR; starting a new run"), or None when it holds a run stopped before
+      its first checkpoint (a preempted job relaunched with ``--resume``): that run's files are moved into
+      ``interrupted-<k>/`` first, so nothing is lost, and a new run starts.
 
     Raises:
-        RunDirError: both flags, a previous run without either flag, or ``resume`` with a previous
-            run's files but no checkpoint.
+        RunDirError: both flags, a previous run without either flag, or ``resume`` of a finished run
+            (``summary.json`` or ``final/``) that has no checkpoint.
     """
     run_dir = Path(run_dir)
     if resume and overwrite:
@@ -115,13 +117,30 @@ def prepare_run_dir(run_dir: str | Path, *, resume: bool, overwrite: bool) -> Pa
                               f"to continue it or --overwrite to delete it and start again")
         return None
     ckpt = latest_checkpoint(run_dir / "ckpt")
-    if ckpt is None and used:
-        raise RunDirError(f"--resume: run directory {str(run_dir)!r} holds a previous run ({', '.join(used)}) but no "
+    if ckpt is None and used and any(name in used for name in ("summary.json", "final")):
+        raise RunDirError(f"--resume: run directory {str(run_dir)!r} holds a finished run ({', '.join(used)}) but no "
                           f"checkpoint under ckpt/ to continue from; pass --overwrite instead to delete it and "
                           f"start again")
+    if ckpt is None and used:  # stopped before its first checkpoint: nothing to continue, nothing to lose
+        aside = _set_aside(run_dir, used)
+        print(f"[respo] --resume: {run_dir} holds a run stopped before its first checkpoint; its files "
+              f"({', '.join(used)}) moved to {aside}; starting a new run", flush=True)
+        return None
     if ckpt is None:
         print(f"[respo] --resume: nothing to resume in {run_dir}; starting a new run", flush=True)
     return ckpt
+
+
+def _set_aside(run_dir: Path, names: list[str]) -> Path:
+    """Move a run's files ``names`` into a new ``interrupted-<k>/`` directory of ``run_dir`` (k = 1, 2, ...)."""
+    k = 1
+    while (run_dir / f"interrupted-{k}").exists():
+        k += 1
+    aside = run_dir / f"interrupted-{k}"
+    aside.mkdir()
+    for name in names:
+        os.rename(run_dir / name, aside / name)
+    return aside
 
 
 @contextmanager

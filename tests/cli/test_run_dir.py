@@ -78,14 +78,25 @@ def test_resume_may_extend_updates_and_records_the_change(finished_run, tmp_path
     assert summary["wall_s"] == pytest.approx(sum(summary["wall_s_parts"]))
 
 
-def test_resume_without_a_checkpoint_refuses_a_used_directory(tmp_path, capsys):
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again_and_keeps_its_files(tmp_path, capsys):
+    # a preempted job relaunched with --resume: nothing to continue, so a new run starts, and the killed run's
+    # files are moved to interrupted-1/, not lost
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"update": 1, "score": 0.5}\n')
+    assert train_cli(run, "--resume", "--updates", "2") == 0
+    assert "stopped before its first checkpoint" in capsys.readouterr().out
+    assert (run / "interrupted-1" / "metrics.jsonl").read_text() == '{"update": 1, "score": 0.5}\n'
+    assert [r["update"] for r in records(run) if "event" not in r] == [1, 2]
+
+
+def test_resume_of_a_finished_run_without_a_checkpoint_is_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}\n")
     assert train_cli(run, "--resume", "--updates", "2") == 2
     line = one_error_line(capsys.readouterr().err, "train")
-    assert "no checkpoint" in line
-    assert (run / "metrics.jsonl").read_text() == '{"update": 1, "score": 0.5}\n'
+    assert "finished run" in line and "no checkpoint" in line
 
 
 def test_resume_in_an_empty_directory_starts_fresh(tmp_path):

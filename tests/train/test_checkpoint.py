@@ -181,8 +181,12 @@ def test_prepare_run_dir_refuses_overwrites_and_leaves_foreign_files_alone(tmp_p
     assert prepare_run_dir(run, resume=True, overwrite=False).name == "update-000002"
     assert prepare_run_dir(run, resume=False, overwrite=True) is None
     assert sorted(p.name for p in run.iterdir()) == ["train.log"]  # only the run's own files were deleted
-    (run / "metrics.jsonl").write_text("{}\n")  # a run killed before its first checkpoint
-    with pytest.raises(RunDirError, match="no checkpoint"):
+    (run / "metrics.jsonl").write_text("{}\n")  # a run killed before its first checkpoint: set aside, a new run
+    assert prepare_run_dir(run, resume=True, overwrite=False) is None
+    assert (run / "interrupted-1" / "metrics.jsonl").read_text() == "{}\n"
+    assert sorted(p.name for p in run.iterdir()) == ["interrupted-1", "train.log"]
+    (run / "summary.json").write_text("{}\n")  # a finished run whose checkpoints are gone: refused
+    with pytest.raises(RunDirError, match="finished run .* no checkpoint"):
         prepare_run_dir(run, resume=True, overwrite=False)
 
 
