@@ -62,12 +62,17 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
 
 
+#: The subdirectories a run (or a resumed one) writes into, checked with the run directory itself.
+_WRITTEN_DIRS = ("ckpt", "final", "tb")
+
+
 def check_writable(run_dir: str | Path) -> None:
     """Refuse, before anything is written, a ``run_dir`` that cannot become a run directory.
 
     Raises:
         RunDirError: ``run_dir`` is not a directory (a regular file, ...), lies under a file, or is (or
-            would be created in) a directory this process may not write.
+            would be created in) a directory this process may not write, or holds a ``ckpt/``, ``final/`` or
+            ``tb/`` it may not write (so a resume never deletes a finished run's outputs and then fails).
     """
     run_dir = Path(run_dir)
     if run_dir.exists() or run_dir.is_symlink():
@@ -77,6 +82,11 @@ def check_writable(run_dir: str | Path) -> None:
         if not _writable(run_dir):
             raise RunDirError(f"run directory {str(run_dir)!r} is not writable; choose another --out-dir or "
                               f"make it writable")
+        for name in _WRITTEN_DIRS:  # a resumed run writes into these too: refuse before anything changes
+            sub = run_dir / name
+            if sub.is_dir() and not _writable(sub):
+                raise RunDirError(f"{str(sub)!r} is not writable, and a run in {str(run_dir)!r} writes into it; make "
+                                  f"it writable or choose another --out-dir (nothing was changed)")
         return
     parent = run_dir.absolute().parent
     while not parent.exists():

@@ -287,3 +287,21 @@ def test_report_and_table_refuse_a_run_whose_log_has_a_gap(finished_run, tmp_pat
     capsys.readouterr()
     assert main(["table", "calib", str(run)]) == 2
     assert "logs updates 1–2 (2 records), but the run finished at update 4" in capsys.readouterr().err
+
+
+def test_resume_into_an_unwritable_ckpt_changes_nothing(tmp_path, capsys, monkeypatch):
+    # a finished run extended with --resume while its ckpt/ cannot be written: refused in one line before its
+    # final/ and summary.json (which a resume past the end replaces) are touched. The process runs as root
+    # here, so the permission check is made to see ckpt/ as unwritable, as it would for another user.
+    from respo.train import rundir
+
+    run = tmp_path / "run"
+    assert train_cli(run, "--updates", "2") == 0
+    before = sorted(p.name for p in run.iterdir())
+    real = rundir._writable
+    monkeypatch.setattr(rundir, "_writable", lambda p: p.name != "ckpt" and real(p))
+    assert train_cli(run, "--resume", "--updates", "3") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert "ckpt" in line and "not writable" in line and "nothing was changed" in line
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert (run / "summary.json").is_file() and (run / "final").is_dir()
