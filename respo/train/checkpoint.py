@@ -35,6 +35,7 @@ restarts from the learner's current weights (documented in `respo.train.async_`)
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -123,6 +124,7 @@ def save_checkpoint(ckpt_root: str | Path, update: int, model: torch.nn.Module, 
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"update-{update:06d}"
+    latest = latest_checkpoint(root)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-update-{update:06d}-", dir=root))
     try:
         save_model(model, str(tmp / "model.safetensors"))
@@ -147,6 +149,15 @@ def save_checkpoint(ckpt_root: str | Path, update: int, model: torch.nn.Module, 
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        need = sum(p.stat().st_size for p in latest.iterdir() if p.is_file()) if latest else 0
+        kept = f"; the previous checkpoint {str(latest)!r} is intact" if latest else ""
+        raise CheckpointError(f"checkpoint {str(final)!r} could not be written: no space left on the device of "
+                              f"{str(root)!r} ({os.strerror(err.errno).lower()}; a checkpoint of this run needs about "
+                              f"{max(need, 1) / 2**20:.0f} MiB free there){kept}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -256,3 +256,23 @@ def test_checkpoints_of_the_older_format_still_load(tmp_path):
     expected = np.random.rand()
     np.random.set_state(state["rng"]["numpy"])
     assert np.random.rand() == expected
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    from respo.train import checkpoint as ck
+
+    model = Tied()
+    first = save_checkpoint(tmp_path / "ckpt", 1, model, {"update": 1})
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck, "save_model", full)
+    with pytest.raises(CheckpointError, match="no space left") as err:
+        save_checkpoint(tmp_path / "ckpt", 2, model, {"update": 2})
+    msg = str(err.value)
+    assert "\n" not in msg and "MiB free there" in msg and "update-000001" in msg and "intact" in msg
+    assert latest_checkpoint(tmp_path / "ckpt") == first and not list((tmp_path / "ckpt").glob(".tmp-*"))
+    assert load_checkpoint(first, Tied())["update"] == 1
