@@ -4,8 +4,12 @@ directory, a missing file); let programming errors propagate as tracebacks."""
 
 from __future__ import annotations
 
-__all__ = ["RespoError"]
+__all__ = ["RespoError", "NonFiniteLogitsError"]
 
 
 class RespoError(Exception):
     """An error whose message alone tells the user what is wrong and how to fix it."""
+
+
+class NonFiniteLogitsError(RespoError, ArithmeticError):
+    """The policy's logits are not finite (its weights overflowed or turned NaN): nothing can be sampled from it."""

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from respo.errors import NonFiniteLogitsError
+
 from .logprobs import position_ids_from_mask
 
 
@@ -192,6 +194,8 @@ def sample_tokens(
         tokens (B,) long and behaviour log-probs (B,) float32.
     """
     logits = logits.float()
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteLogitsError("the policy's logits are not finite: its weights overflowed or are NaN")
     if temperature == 0:
         return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
     if temperature != 1.0:

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from respo.core import Objective, group_advantages
-from respo.errors import RespoError
+from respo.errors import NonFiniteLogitsError, RespoError
 from respo.runtime import moe
 from respo.runtime.chat import render_for
 from respo.runtime.engines import RolloutEngine, make_engine
@@ -155,6 +155,27 @@ class _Run:
             f"in a row skipped; the last good state (the weights after update {state.update - limit}) is checkpointed "
             f"in {ckpt}; lower --lr, set --grad-clip or check the objective's settings")
 
+    def wrecked(self, what: str) -> None:
+        """The policy after the last applied update cannot be trained or sampled (``what``): stop without
+        checkpointing it, naming the newest checkpoint written before that update (the last good state); one
+        written from the broken weights since is renamed ``broken-update-*``, which ``--resume`` does not take."""
+        self.log.close()
+        bad = self.state.update  # the weights after this update are the broken ones
+        before = sorted(int(p.name.split("-")[1]) for p in (self.run_dir / "ckpt").glob("update-*") if p.is_dir())
+        good = [u for u in before if u < bad]
+        for u in before:  # written from the broken weights: kept, but out of --resume's way
+            if u >= bad:
+                ckpt = self.run_dir / "ckpt" / f"update-{u:06d}"
+                ckpt.rename(ckpt.with_name(f"broken-{ckpt.name}"))
+        moved = [u for u in before if u >= bad]
+        what += f"; its checkpoint at update {', '.join(map(str, moved))} renamed broken-update-*" if moved else ""
+        where = (f"the last good state is the checkpoint {self.run_dir / 'ckpt' / f'update-{good[-1]:06d}'} "
+                 f"(update {good[-1]}); continue from it" if good else "no checkpoint from before it was kept; start "
+                 "again")
+        raise NonFiniteError(f"the policy after update {bad} is broken ({what}: a finite step at lr {self.cfg.lr:g} "
+                             f"overflowed the weights; nothing of it was checkpointed); {where} with a lower --lr or "
+                             "a --grad-clip")
+
     def stop(self, signum: int) -> None:
         """SIGINT/SIGTERM: checkpoint at this update boundary and stop."""
         self.checkpoint()
@@ -241,7 +262,10 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                     run.stop(stop.signum)
                 t_update = time.perf_counter()
                 # -- rollout: B prompts x G responses sampled by policy version <= v, old_logp recomputed
-                mb = source.next(state.version)
+                try:
+                    mb = source.next(state.version)
+                except NonFiniteLogitsError:
+                    run.wrecked("its logits are not finite")
                 rec = dict(mb.metrics)
                 # -- advantages: group-relative, within each prompt's G responses
                 adv = group_advantages(mb.batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (B*G,)
@@ -266,6 +290,8 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                                    "dropped_total": state.dropped, **rec})
                 if skipped:
                     run.skipped(metrics)
+                if "nonfinite_weights" in metrics:
+                    run.wrecked("a weight is not finite")
                 bar.update(1)
                 bar.set_postfix(score=f"{rec['score']:.3f}", stale=f"{rec['staleness_mean']:.1f}")
                 # -- evaluate, checkpoint: when due

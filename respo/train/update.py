@@ -46,7 +46,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     ``version`` being the learner's current policy version.
 
     A step whose loss or gradient norm is not finite is not applied: no optimizer step (weights and AdamW moments
-    unchanged), no scheduler step, the gradients dropped; its metrics hold ``skipped = 1``.
+    unchanged), no scheduler step, the gradients dropped; its metrics hold ``skipped = 1``. A finite step that
+    leaves a weight non-finite (overflow) is marked ``nonfinite_weights = 1``: the trainer stops there.
 
     Returns:
         Metrics (loss, grad_norm, grad_clipped, lr, entropy, the core's diagnostics from ``policy_loss`` on the
@@ -102,9 +103,13 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     lr = optimizer.param_groups[0]["lr"]
     applied = bool(torch.isfinite(loss_total) & torch.isfinite(grad_norm).cpu())  # a NaN/inf gradient is never applied
+    nonfinite_weights = False
     if applied:
         optimizer.step()
         scheduler.step()
+        params = [p for p in model.parameters()]
+        if not bool(torch.isfinite(torch.stack(torch._foreach_norm(params))).all()):  # a finite step that overflowed
+            nonfinite_weights = True
     else:  # no optimizer step, no scheduler step, moments untouched
         optimizer.zero_grad(set_to_none=True)
     # the diagnostics of the whole mini-batch, each row in its micro-batch (M2PO selected within each)
@@ -118,6 +123,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
            "grad_clipped": (grad_norm.cpu() > max_norm).float()}  # 1 when clipping scaled this update down
     if not applied:
         out["skipped"] = 1
+    if nonfinite_weights:
+        out["nonfinite_weights"] = 1
     out.update(diag)
     if router_now:  # MoE: router shift since the rollout (overall, per layer) and the rollout's expert load
         now = moe.cat_routings(router_now, length=batch.routing.shape[1])  # (S, L, n_layers, k)

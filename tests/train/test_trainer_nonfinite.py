@@ -85,3 +85,18 @@ def test_a_diverging_run_stops_with_one_line_and_a_checkpoint_of_its_last_good_s
     assert train_cli(run, *diverge, "--updates", "12", "--resume", "--max-nonfinite-steps", "4") == 2
     assert f"non-finite gradient at update {last + 1} " in one_error_line(capsys.readouterr().err, "train")
     assert json.loads((run / "config.json").read_text())["resumed"][-1]["max_nonfinite_steps"] == [3, 4]
+
+
+@pytest.mark.parametrize("lr,what", [(1e30, "a weight is not finite"), (1e15, "its logits are not finite")])
+def test_a_finite_step_that_breaks_the_policy_stops_the_run_in_one_line(tmp_path, capsys, lr, what):
+    # AdamW's first step moves every weight by about lr. At 1e30 some weight overflows to inf at once; at 1e15 the
+    # weights stay finite, but the next rollout's logits do not (the sampler used to die in torch.multinomial
+    # with a traceback). Either way: one line naming the broken update, no checkpoint of the broken weights.
+    run = tmp_path / "run"
+    assert train_cli(run, "--updates", "4", "--lr", str(lr), "--grad-clip", "0", "--reuse", "1",
+                     "--checkpoint-every", "1") == 2
+    line = one_error_line(capsys.readouterr().err, "train")
+    assert f"the policy after update 1 is broken ({what}" in line and "lower --lr" in line
+    assert not (run / "ckpt").exists() or not list((run / "ckpt").glob("update-*"))  # none --resume would take
+    if lr == 1e15:  # written after update 1, before the next rollout found the logits broken: set aside, named
+        assert "renamed broken-update-*" in line and (run / "ckpt" / "broken-update-000001").is_dir()
