@@ -38,6 +38,20 @@ __all__ = ["ROLLOUT_CORRECTIONS", "mismatch_metrics", "rollout_correction_weight
 ROLLOUT_CORRECTIONS = ("off", "token-tis", "seq-tis", "token-mis", "seq-mis")
 
 
+def _masked_log_rho(old_logp: torch.Tensor, rollout_logp: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """(B, T) log ρ = old_logp − rollout_logp on valid tokens, 0 elsewhere (selected, not multiplied: NaN · 0 is NaN)."""
+    diff = old_logp.float() - rollout_logp.float()
+    return torch.where(m > 0, diff, torch.zeros_like(diff))
+
+
+def _finite_rows(old_logp: torch.Tensor, rollout_logp: torch.Tensor,
+                 mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(mask of the rows finite on every valid token (B, T) float, the other rows (B,) bool)."""
+    valid = mask.float() > 0
+    bad = (valid & ~(torch.isfinite(old_logp.float()) & torch.isfinite(rollout_logp.float()))).any(-1)  # (B,)
+    return (valid & ~bad.unsqueeze(-1)).float(), bad
+
+
 def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor,
                      prefix: str = "rollout_corr/") -> Dict[str, torch.Tensor]:
     """Mismatch between the trainer's and the engine's log-probs of the same tokens (detached 0-d tensors).
@@ -51,7 +65,9 @@ def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
         seq_log_ratio_p10, seq_log_ratio_p90   quantiles of log ρ_i over the rows with a token
         seq_frac_beyond_1                      fraction of those rows with |log ρ_i| > 1
 
-    Computed in float32 whatever the inputs' dtype. Rows without a valid token are left out.
+    Computed in float32 whatever the inputs' dtype. Rows without a valid token are left out, and so are rows
+    with a non-finite log-prob on a valid token, counted as ``nonfinite_rows``; values at padded positions are
+    never read (a NaN there changes nothing).
 
     Args:
         old_logp: (B, T) the trainer's log-probs.
@@ -59,8 +75,8 @@ def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
         mask: (B, T) 0/1 valid tokens.
     """
     with torch.no_grad():
-        m = mask.float()  # (B, T)
-        log_rho = (old_logp.float() - rollout_logp.float()) * m  # (B, T)
+        m, bad = _finite_rows(old_logp, rollout_logp, mask)  # (B, T) valid tokens of finite rows, (B,) the others
+        log_rho = _masked_log_rho(old_logp, rollout_logp, m)  # (B, T)
         n_tok = m.sum().clamp(min=1)
         per_row = m.sum(-1)  # (B,)
         rows = per_row > 0  # (B,)
@@ -76,6 +92,7 @@ def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
             "seq_log_ratio_p10": torch.quantile(seq, 0.1) if seq.numel() else seq.new_tensor(float("nan")),
             "seq_log_ratio_p90": torch.quantile(seq, 0.9) if seq.numel() else seq.new_tensor(float("nan")),
             "seq_frac_beyond_1": (seq.abs() > 1).float().mean(),
+            "nonfinite_rows": bad.sum().float(),
         }
     return {prefix + k: v.detach() for k, v in out.items()}
 
@@ -100,7 +117,7 @@ def rollout_correction_weights(old_logp: torch.Tensor, rollout_logp: torch.Tenso
         raise ValueError(f"rollout correction threshold must be a finite number > 0, got {threshold}")
     with torch.no_grad():
         m = mask.float()  # (B, T)
-        log_rho = (old_logp.float() - rollout_logp.float()) * m  # (B, T)
+        log_rho = _masked_log_rho(old_logp, rollout_logp, m)  # (B, T); NaN stays NaN on valid tokens only
         level = "token" if mode.startswith("token") else "sequence"
         if level == "sequence":
             log_rho = log_rho.sum(-1, keepdim=True).expand_as(m)  # (B, T) log ρ_i on every token

@@ -72,6 +72,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         stale = (version - batch.version).to(batch.mask.dtype).unsqueeze(-1).expand_as(batch.mask)
     ranges = micro_batches(batch.mask, batch.response_start, cfg)
     correcting = cfg.rollout_correction != "off"
+    from_engine = correcting or cfg.rollout_bypass  # the engine's log-probs reach the loss: its NaN rows are dropped, counted
     log_rho_all = torch.zeros(S, T) if correcting else None  # (S, T) the correction, for the diagnostics
     kept_all = batch.mask.clone() if correcting else batch.mask  # (S, T) rows the correction keeps
     for i, j in ranges:
@@ -86,7 +87,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         prox = {"prox_logp": logp.detach()} if takes_prox else {}  # π_prox: the policy before this update's step
         if stale is not None:
             prox["staleness"] = stale[i:j, :t].to(device)
-        corr = {}
+        corr = {"nan_policy": "mask"} if from_engine else {}
         if correcting:  # ρ = π_trainer/π_engine on these rows, folded into the loss as its own factor
             log_rho, kept = _rollout_correction(old_logp[i:j, :t], mb.behaviour_logp, mb.mask, cfg)
             log_rho_all[i:j, :t], kept_all[i:j, :t] = log_rho, kept
@@ -116,6 +117,8 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     groups = torch.cat([torch.full((j - i,), k, dtype=torch.long) for k, (i, j) in enumerate(ranges)])  # (S,)
     with torch.no_grad():
         corr = {"rollout_log_ratio": log_rho_all, "nan_policy": "mask"} if correcting else {}
+        if from_engine:
+            corr["nan_policy"] = "mask"
         _, diag = objective(logp_all, old_logp, batch.adv, kept_all, row_groups=groups,
                             **({"prox_logp": logp_all} if takes_prox else {}),
                             **({"staleness": stale} if stale is not None else {}), **corr)
@@ -136,10 +139,19 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
 def _rollout_correction(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
                         cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """``cfg.rollout_correction``'s per-token log ρ and kept mask for rows whose trainer log-probs are
-    ``old_logp`` and engine log-probs ``behaviour_logp`` (all (m, t)); rows it rejects leave the mask."""
-    w, level = rollout_correction_weights(old_logp, behaviour_logp, mask, cfg.rollout_correction,
-                                          cfg.rollout_correction_threshold)
-    return fold_rollout_log_ratio(w, mask, level=level, name="rollout correction weights")
+    ``old_logp`` and engine log-probs ``behaviour_logp`` (all (m, t)); rows it rejects leave the mask.
+
+    A row with a non-finite engine (or trainer) log-prob on a valid token gets log ρ = NaN on its tokens, whatever
+    the correction: the loss (``nan_policy="mask"``) then drops it and counts it in ``bad_rows/nonfinite``, the
+    one rule for every correction, instead of a truncation raising on it or a rejection dropping it unsaid."""
+    valid = mask.bool()
+    bad = (valid & ~(torch.isfinite(old_logp) & torch.isfinite(behaviour_logp))).any(-1, keepdim=True)  # (m, 1)
+    clean = torch.where(bad, torch.zeros_like(behaviour_logp), behaviour_logp)
+    old = torch.where(bad, torch.zeros_like(old_logp), old_logp)
+    w, level = rollout_correction_weights(old, clean, mask, cfg.rollout_correction, cfg.rollout_correction_threshold)
+    log_rho, kept = fold_rollout_log_ratio(w, mask, level=level, name="rollout correction weights")
+    nan = torch.full_like(log_rho, float("nan"))
+    return torch.where(bad & valid, nan, log_rho), torch.where(bad, mask.to(kept.dtype), kept)
 
 
 def make_optimizer(model, cfg: TrainConfig):
