@@ -170,17 +170,18 @@ def pass_at_1(run: Run) -> float:
     return math.nan if v is None else float(v)
 
 
-def pooled_low_fraction(run: Run, sign: str, below: float = -1.0) -> float:
+def pooled_low_fraction(run: Run, sign: str, below: float = -1.0, *, min_staleness: int = 1) -> float:
     """Fraction of all stale responses of one advantage sign (``"pos"`` / ``"neg"``) with log W <
-    ``below``, pooled over the run's stale updates from the fixed-bin ``log_w_hist/<sign>/<bin>``
-    counts: Σ counts of bins whose upper edge is <= ``below`` / Σ all counts (NaN when none).
-    ``below`` must be a bin edge (`respo.core.diagnostics.LOG_W_BIN_EDGES`)."""
+    ``below``, pooled over the run's updates of staleness >= ``min_staleness`` (>= 1: every stale one) from
+    the fixed-bin ``log_w_hist/<sign>/<bin>`` counts: Σ counts of bins whose upper edge is <= ``below`` /
+    Σ all counts (NaN when none). ``below`` must be a bin edge (`respo.core.diagnostics.LOG_W_BIN_EDGES`)."""
     if below not in LOG_W_BIN_EDGES:
         raise ValueError(f"pooled_low_fraction: below={below} is not a histogram edge {LOG_W_BIN_EDGES}")
     low_bins = {name for name, upper in zip(LOG_W_BIN_NAMES, LOG_W_BIN_EDGES) if upper <= below}
     low = total = 0.0
     for rec in run.records:
-        if (rec.get("staleness_mean") or 0) <= 0:
+        stale = rec.get("staleness_mean") or 0
+        if stale <= 0 or stale < min_staleness:  # an asynchronous update mixing levels counts as stale
             continue
         for k, v in rec.items():
             if k.startswith(f"log_w_hist/{sign}/") and v is not None:

@@ -104,6 +104,9 @@ CSV_MISMATCH = {"mismatch_abs_diff": "rollout_corr/abs_diff", "mismatch_seq_p10"
                 "mismatch_seq_beyond_1": "rollout_corr/seq_frac_beyond_1"}
 #: runs.csv's ``staleness:<metric>`` columns: per-update metrics averaged per staleness level 0 .. N−1.
 STALENESS_METRICS = ("kl_k3", "log_w/p10", "frac_pos_low_w", "entropy")
+#: runs.csv's later ``staleness:<metric>`` columns (appended after the first ones, which older files end with): on the
+#: stale positives below log W = −1, the share of the coefficient mass ReSPO's and VESPO's φ⁺ would give them.
+STALENESS_SHARES = ("same_batch/respo_pos_low_w_mass_share", "same_batch/vespo_pos_low_w_mass_share")
 #: Updates at each end of a run whose scores are compared for on-policy stability.
 EDGE_UPDATES = 8
 #: Every column of runs.csv, in order (new columns are appended, so older files are a prefix).
@@ -112,9 +115,10 @@ COLUMNS = ("run", "model", "objective", "reuse", "group_size", "lr", "seed", "ro
            "task", "task_kwargs", "response_length", "kernels", "loss_agg_mode", "B", *CSV_SAME_BATCH,
            "grad_clip_rate", "first8_score", "last8_score", "entropy_early", "entropy_late", "pooled_pos_low_w",
            "pooled_neg_low_w", "step_scores", "seconds_per_update", "train_seconds_per_update",
-           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start", "engine", *CSV_MISMATCH)
+           *(f"staleness:{k}" for k in STALENESS_METRICS), "greedy_acc", "start", "engine", *CSV_MISMATCH,
+           "stalest_half_pos_low_w", "stalest_half_neg_low_w", *(f"staleness:{k}" for k in STALENESS_SHARES))
 #: Columns holding a JSON list of numbers (null for an empty entry).
-_LIST = {"step_scores", *(f"staleness:{k}" for k in STALENESS_METRICS)}
+_LIST = {"step_scores", *(f"staleness:{k}" for k in (*STALENESS_METRICS, *STALENESS_SHARES))}
 _TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode", "start", "engine"}
 _INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
 _BOOL = {"routing_replay", "finished"}
@@ -182,6 +186,10 @@ def run_row(run: Run) -> dict:
     row["start"] = c["start"]
     row["engine"] = c["engine"]
     row.update({col: run_mean(run, k) for col, k in CSV_MISMATCH.items()})
+    stalest = (c["reuse"] + 1) // 2  # the stalest half of a rollout step's updates: staleness ceil(N/2) .. N−1
+    row["stalest_half_pos_low_w"] = pooled_low_fraction(run, "pos", min_staleness=stalest)
+    row["stalest_half_neg_low_w"] = pooled_low_fraction(run, "neg", min_staleness=stalest)
+    row.update({f"staleness:{k}": [_g6(x) for x in _by_staleness(run, k)] for k in STALENESS_SHARES})
     return row
 
 
@@ -459,7 +467,10 @@ def calib_table(rows: list[dict], absent: set[str] = frozenset(), *, cost: bool 
 
 #: ``respo table staleness``'s rows: runs.csv column -> label.
 STALENESS_ROWS = {"staleness:kl_k3": "k3 KL per token", "staleness:log_w/p10": "log W p10",
-                  "staleness:frac_pos_low_w": "positives with log W < −1", "staleness:entropy": "entropy per token"}
+                  "staleness:frac_pos_low_w": "positives with log W < −1",
+                  "staleness:same_batch/respo_pos_low_w_mass_share": "ReSPO φ⁺ mass share on them",
+                  "staleness:same_batch/vespo_pos_low_w_mass_share": "VESPO φ⁺ mass share on them",
+                  "staleness:entropy": "entropy per token"}
 
 
 def staleness_tables(rows: list[dict], absent: set[str] = frozenset()) -> list[str]:
@@ -479,9 +490,12 @@ def staleness_tables(rows: list[dict], absent: set[str] = frozenset()) -> list[s
         out += [f"{model}: {obj}, N = {n}, lr {lr:g} ({len(rs)} seed{'s' if len(rs) != 1 else ''}):", "",
                 "| staleness | " + " | ".join(str(s) for s in range(n)) + " |", "|" + "---|" * (n + 1)]
         for col, label in STALENESS_ROWS.items():
-            vals = [_g3(nanmean(r[col][s] for r in rs if len(r[col]) > s)) for s in range(n)]
+            have = [r for r in rs if isinstance(r.get(col), list) and r[col]]
+            if not have and col.removeprefix("staleness:") in STALENESS_SHARES:
+                continue  # runs.csv files older than the mass-share columns: the rows are left out, not shown as —
+            vals = [_g3(nanmean(r[col][s] for r in have if len(r[col]) > s)) for s in range(n)]
             out.append(f"| {label} | " + " | ".join(vals) + " |")
-    return out + _absent_note(absent, STALENESS_ROWS)
+    return out + _absent_note(set(absent) - {f"staleness:{k}" for k in STALENESS_SHARES}, STALENESS_ROWS)
 
 
 def _ms(xs: list[float], digits: int = 3) -> str:

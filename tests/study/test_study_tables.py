@@ -485,6 +485,11 @@ def test_staleness_table_means_over_seeds(tmp_path):
     assert out[4] == "| k3 KL per token | 0 | 0.2 | 0.2 |"
     assert out[5] == "| log W p10 | 0 | -0.2 | -0.4 |"
     assert out[7] == "| entropy per token | — | — | — |"
+    # the mass shares on the positives below -1: rows that none of the runs has are left out; with one run's
+    # values, the mean over the runs that have them
+    assert not any("mass share" in ln for ln in out)
+    rows[0]["staleness:same_batch/respo_pos_low_w_mass_share"] = [math.nan, 0.5, 0.25]
+    assert "| ReSPO φ⁺ mass share on them | — | 0.5 | 0.25 |" in staleness_tables(rows)
 
 
 def test_calib_cost_columns_only_when_asked(tmp_path):
