@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import torch
 
+from respo.core.moe_diagnostics import missing_index
 from respo.runtime import moe
+from respo.runtime.moe.routing import fit_columns
 from respo.runtime.logprobs import can_share_prompts, prompt_groups, shared_prefix_token_logprobs, token_logprobs
 from respo.runtime.precision import mixed_precision
 from respo.train.buffer import Batch
@@ -174,15 +176,26 @@ def score(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False, rec
             return logp, ent, routing.current(length=ids.shape[1]) if record else None
         first, group = (x.to(device) for x in share)
         on_prompt = ForwardRouting(model, replay=None if replay is None else replay[first, :P], record=record)
-        on_response = ForwardRouting(model, replay=None if replay is None else replay[:, P:], record=record)
+        pieces: list[tuple[torch.Tensor, ForwardRouting]] = []  # (rows, routing) of each response pass
+
+        def on_response(rows: torch.Tensor) -> ForwardRouting:
+            pieces.append((rows, ForwardRouting(model, replay=None if replay is None else replay[rows, P:],
+                                                record=record)))
+            return pieces[-1][1]
+
         logp, ent = shared_prefix_token_logprobs(model, ids, attn, P, first, group, temperature=cfg.temperature,
                                                  with_entropy=with_entropy, prompt_context=lambda: on_prompt,
-                                                 response_context=lambda: on_response)
+                                                 response_context=on_response)
     if not record:
         return logp, ent, None
-    prompt_now, response_now = on_prompt.current(length=P), on_response.current(length=ids.shape[1] - P)
-    if prompt_now is None or response_now is None:
+    T = ids.shape[1] - P
+    prompt_now = on_prompt.current(length=P)
+    parts = [(rows, r.current(length=T)) for rows, r in pieces]
+    if prompt_now is None or any(now is None for _, now in parts):
         return logp, ent, None
+    response_now = prompt_now.new_full((ids.shape[0], T, *prompt_now.shape[2:]), missing_index(prompt_now.dtype))
+    for rows, now in parts:  # each piece's columns; beyond its trim, missing (as right padding is)
+        response_now[rows.to(now.device)] = fit_columns(now, T, missing_index(now.dtype))
     return logp, ent, torch.cat([prompt_now[group.to(prompt_now.device)], response_now], dim=1)  # (m, L, n_layers, k)
 
 

@@ -195,3 +195,15 @@ def test_smollm2_shared_prefix_matches_one_forward_per_row():
     m = resp_mask.bool()
     assert (out[True][0] - out[False][0])[m].abs().max() <= LOGP_TOL
     assert _rel(out[True][1], out[False][1]) <= GRAD_TOL
+
+
+def test_response_pieces_by_hand():
+    from respo.runtime.logprobs import response_pieces
+
+    # lengths [10, 2, 9, 3]: one piece is 4 x 10 = 40 columns; the longer half (rows 0, 2) at 10 and the shorter
+    # (rows 3, 1) at 3 cost 20 + 6 = 26, a 35 % saving (>= 10 %): two pieces
+    pieces = response_pieces(torch.tensor([10, 2, 9, 3]))
+    assert [(rows.tolist(), t) for rows, t in pieces] == [([0, 2], 10), ([3, 1], 3)]
+    # lengths [10, 9, 10, 9]: two pieces would cost 20 + 18 = 38 of 40, a 5 % saving: one piece
+    assert [(rows.tolist(), t) for rows, t in response_pieces(torch.tensor([10, 9, 10, 9]))] == [([0, 1, 2, 3], 10)]
+    assert [(rows.tolist(), t) for rows, t in response_pieces(torch.tensor([4]))] == [([0], 4)]
