@@ -37,6 +37,16 @@ Comparisons, each printed as one JSON line with both sides' medians and their ra
   asynchronous mode pays: the engine (its own core) samples the next batch while the learner trains.
   Each repeat is a whole run per side, in alternating order.
 
+- ``prefix``: today's float32 forward against the fast one at the real-model study's batch (the warm start,
+  ``--prompts`` x ``--group`` responses sampled once by the vLLM engine, up to ``--max-new-tokens``): one forward
+  per row with the output layer checkpointed above the old 2**24-element logits budget, against each prompt run
+  once for its group (``share_prompts``), its responses in length-sorted pieces, with the logits kept within
+  ``LOGITS_BUDGET``. Timed per side: the ``old_logp`` recompute of one stale mini-batch and one training step
+  (``update_step``, float32); the peak resident memory each adds above what the process held before it (a
+  fresh process per side, the kernel's resident high-water mark reset before each); the tokens each forward
+  computes (prompt, response, padding); and the floor: the float32 FLOPs of the distinct tokens (6 x decoder parameters per token, 6 x V x D per scored
+  token) at the one-thread matmul peak measured in the same run. Per update = (rollout step + sync +
+  (N - 1) x old_logp) / N + train, the rollout step's seconds measured once (both sides train on its rows).
 Every side is warmed up once at full size; then ``--repeats`` rounds alternate which side goes first;
 medians are reported.
 
@@ -45,6 +55,7 @@ medians are reported.
         [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only engines,update
         [--updates 3]                                                    # --only schedules
         [--prompts 4] [--group 8] [--max-new-tokens 160]                 # --only engine-dtypes
+        [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only prefix
 """
 
 from __future__ import annotations
@@ -325,6 +336,175 @@ def bench_update(args) -> dict:
                                     "bf16_error_seq_max_abs": round(float((lw_seq["bfloat16"] - lw_seq["float32"]).abs().max()), 4)}}
 
 
+def _peak_child(conn, cache_dir: str, batch_path: str, side: str, budget: int, share: bool, group: int) -> None:
+    """In a fresh process: the peak resident memory (MiB) one ``old_logp`` recompute and one training step of
+    ``side`` each add above the memory in use before it (the kernel's high-water mark, reset first), sent back on
+    ``conn``."""
+    from respo.train.config import TrainConfig
+    from respo.train.policy import load_run_policy
+    from respo.train.rollout import recompute_logp
+    from respo.train.update import make_optimizer, update_step
+
+    torch.set_num_threads(1)
+    logprobs.LOGITS_BUDGET = budget
+    stale = torch.load(batch_path, weights_only=False)  # written by this benchmark a moment ago
+    cfg = TrainConfig(model=MODEL, task="worded_addition", warm_start=True, cache_dir=cache_dir, objective="respo",
+                      prompts=stale.size // group, group_size=group, reuse=8, micro_batch=8, lr=1e-6, warmup=0,
+                      weight_decay=0.0, max_new_tokens=160, share_prompts=share)
+    model = load_run_policy(cfg).model
+    model.train()
+    opt, sched = make_optimizer(model, cfg)
+
+    def status(field: str) -> float:  # MiB, from /proc/self/status (VmRSS: now; VmHWM: the peak since a reset)
+        for line in open("/proc/self/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+        raise SystemExit(f"prefix: /proc/self/status has no {field}")
+
+    def reset_peak() -> float:  # writing 5 to clear_refs resets VmHWM to the current RSS (Linux)
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return status("VmRSS")
+
+    out = {}
+    for name, work in (("old_logp", lambda: recompute_logp(model, stale, cfg)),
+                       ("train", lambda: update_step(model, opt, sched, stale, cfg, version=1))):
+        before = reset_peak()
+        work()
+        out[name] = status("VmHWM") - before
+    conn.send(out)
+    conn.close()
+
+
+def _peak_rss(cache_dir: str, batch, side: str, budget: int, share: bool, group: int) -> dict[str, float]:
+    import multiprocessing as mp
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/batch.pt"
+        torch.save(batch, path)
+        ctx = mp.get_context("spawn")
+        here, there = ctx.Pipe()
+        proc = ctx.Process(target=_peak_child, args=(there, cache_dir, path, side, budget, share, group))
+        proc.start()
+        there.close()  # only the child writes: its death ends recv() with EOFError instead of a wait forever
+        try:
+            out = here.recv()
+        except EOFError:
+            proc.join()
+            raise SystemExit(f"prefix: the memory measurement's process for {side!r} died (exit code {proc.exitcode})")
+        proc.join()
+    return out
+
+
+def _forward_tokens(batch, cfg, shared: bool) -> dict[str, int]:
+    """Tokens the forwards of one mini-batch compute: prompt and response columns (padding included) and the
+    real response tokens, over the micro-batches ``cfg`` cuts."""
+    from respo.runtime.logprobs import prompt_groups, response_pieces
+    from respo.train.forward import micro_batches
+
+    prompt = response = 0
+    for i, j in micro_batches(batch.mask, batch.response_start, cfg):
+        mb = batch.rows(i, j).trimmed()
+        share = prompt_groups(mb.input_ids, mb.attention_mask, mb.response_start) if shared else None
+        prompt += (j - i if share is None else len(share[0])) * mb.response_start
+        pieces = response_pieces(mb.mask.sum(1)) if share is not None else [(range(j - i), mb.mask.shape[1])]
+        response += sum(len(rows) * t for rows, t in pieces)
+    return {"prompt_columns": prompt, "response_columns": response, "response_tokens": int(batch.mask.sum())}
+
+
+def bench_prefix(args) -> dict:
+    from respo.core import group_advantages
+    from respo.runtime.chat import render_for
+    from respo.runtime.engines import make_engine
+    from respo.train.config import TrainConfig
+    from respo.train.policy import load_run_policy
+    from respo.train.rollout import recompute_logp, sample_rollout
+    from respo.train.update import make_optimizer, run_objective, update_step
+
+    B, G, N = args.prompts, args.group, args.reuse
+    base = dict(model=MODEL, task="worded_addition", warm_start=True, cache_dir=args.cache_dir, objective="respo",
+                prompts=B, group_size=G, reuse=N, micro_batch=8, lr=1e-6, warmup=0, weight_decay=0.0,
+                max_new_tokens=args.max_new_tokens)
+    cfg = {"today": TrainConfig(**base, share_prompts=False), "fast": TrainConfig(**base, share_prompts=True)}
+    budget = {"today": 1 << 24, "fast": logprobs.LOGITS_BUDGET}
+    policy = load_run_policy(cfg["fast"])  # the study's starting policy: the warm start (built if not cached)
+    model, tok = policy.model, policy.tokenizer
+    model.train()
+    task = get_task("worded_addition")
+    task, pool = render_for(tok, "auto", task, task.examples("train", 2 * B, 0))
+    engine = make_engine("vllm", model, tok, engine_dtype="auto", threads=args.threads, verbose=False)
+    try:
+        engine.sync_weights(model)
+        t0 = time.perf_counter()
+        sync = engine.sync_weights(model)
+        sync_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            batch, _ = sample_rollout(engine, task, pool, list(range(2 * B)), cfg["fast"], torch.Generator().manual_seed(0), 0)
+        sample_s = (time.perf_counter() - t0) * N / 2  # a rollout step samples N mini-batches; this sampled 2
+        engine_dtype = engine.info.get("dtype")
+    finally:
+        engine.close()
+    S = B * G
+    stale = batch.rows(S, 2 * S)  # the mini-batch that is recomputed
+    lp = {}
+
+    def with_budget(side, fn):
+        default = logprobs.LOGITS_BUDGET
+        logprobs.LOGITS_BUDGET = budget[side]
+        try:
+            return fn()
+        finally:
+            logprobs.LOGITS_BUDGET = default
+
+    def scorer(side):
+        def run():
+            lp[side] = with_budget(side, lambda: recompute_logp(model, stale, cfg[side]))
+        return run
+
+    old_s = side_by_side({"today": scorer("today"), "fast": scorer("fast")}, args.repeats)
+    mb = dataclasses.replace(stale, old_logp=lp["today"], adv=group_advantages(stale.rewards, G, kind="grpo"))
+    learners = {side: copy.deepcopy(model) for side in cfg}
+    opts = {side: make_optimizer(learners[side], cfg[side]) for side in cfg}
+    objective = run_objective(cfg["fast"])
+
+    def trainer(side):
+        def run():
+            with_budget(side, lambda: update_step(learners[side], *opts[side], mb, cfg[side], objective=objective, version=1))
+        return run
+
+    train_s = side_by_side({"today": trainer("today"), "fast": trainer("fast")}, args.repeats)
+    mb_mem = dataclasses.replace(mb, old_logp=lp["today"])
+    mem = {side: _peak_rss(args.cache_dir, mb_mem, side, budget[side], side == "fast", G) for side in cfg}
+    tokens = {side: _forward_tokens(stale, cfg[side], side == "fast") for side in cfg}
+    # the floor: float32 FLOPs of the distinct tokens (each prompt once, no padding) at the measured matmul peak
+    V, D = model.get_output_embeddings().weight.shape
+    body = sum(p.numel() for p in model.parameters()) - V * D  # tied embeddings: the output layer is the embedding
+    n_prompts = len({bytes(r.numpy()) for r in stale.input_ids[:, :stale.response_start]})
+    distinct = n_prompts * stale.response_start + tokens["fast"]["response_tokens"]  # about: prompts' pads included
+    peak = matmul_peak(torch.float32)
+    train_flop = 6 * body * distinct + 6 * V * D * tokens["fast"]["response_tokens"]
+    floor_train = train_flop / (peak * 1e9)
+    floor_old = train_flop / 3 / (peak * 1e9)
+    per_update = {side: (sample_s + sync_s + (N - 1) * old_s[side]) / N + train_s[side] for side in cfg}
+    dlogp = float(((lp["fast"] - lp["today"]).abs() * stale.mask).max())
+    return {"bench": "prefix", "start": policy.info.get("weights_sha256", "")[:12], "prompts": B, "group": G, "reuse": N,
+            "max_new_tokens": args.max_new_tokens, "threads": args.threads, "repeats": args.repeats,
+            "engine_dtype": engine_dtype, "mean_response_tokens": round(float(stale.mask.sum(1).mean()), 1),
+            "prompt_columns": stale.response_start, "tokens": tokens,
+            "old_logp_s": {k: round(v, 2) for k, v in old_s.items()}, "old_logp_faster": round(old_s["today"] / old_s["fast"], 3),
+            "train_s": {k: round(v, 2) for k, v in train_s.items()}, "train_faster": round(train_s["today"] / train_s["fast"], 3),
+            "peak_rss_mib": {side: {k: round(v) for k, v in m.items()} for side, m in mem.items()},
+            "rollout_step_s": round(sample_s, 1), "sync_s": round(sync_s, 3),
+            "per_update_s": {k: round(v, 1) for k, v in per_update.items()},
+            "update_faster": round(per_update["today"] / per_update["fast"], 3),
+            "matmul_peak_gflop_s": round(peak, 1), "floor_train_s": round(floor_train, 2), "floor_old_logp_s": round(floor_old, 2),
+            "fast_train_of_floor": round(floor_train / train_s["fast"], 3),
+            "fast_train_tok_s": round(tokens["fast"]["response_tokens"] / train_s["fast"], 1),
+            "max_abs_dlogp": dlogp}
+
+
 def bench_engine_dtypes(args) -> dict:
     from respo.core.mismatch import mismatch_metrics
     from respo.runtime.chat import render_for
@@ -424,7 +604,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache-dir", default=".cache/respo")
     ap.add_argument("--only", default="sample,train,logits",
-                    help="any of sample,train,logits,engines,update,schedules,engine-dtypes")
+                    help="any of sample,train,logits,engines,update,schedules,engine-dtypes,prefix")
     ap.add_argument("--prompts", type=int, default=4, help="update: prompts per update (B)")
     ap.add_argument("--group", type=int, default=8, help="update: responses per prompt (G)")
     ap.add_argument("--reuse", type=int, default=8, help="update: updates per rollout step (N)")
@@ -439,7 +619,7 @@ def main(argv=None) -> None:
     runs = {"sample": lambda: bench_sample(model, tok, args), "train": lambda: bench_train(model, args),
             "logits": lambda: bench_logits(model, args), "engines": lambda: bench_engines(model, tok, args),
             "update": lambda: bench_update(args), "schedules": lambda: bench_schedules(args),
-            "engine-dtypes": lambda: bench_engine_dtypes(args)}
+            "engine-dtypes": lambda: bench_engine_dtypes(args), "prefix": lambda: bench_prefix(args)}
     unknown = [n for n in args.only.split(",") if n not in runs]
     if unknown:
         raise SystemExit(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(runs)}")
