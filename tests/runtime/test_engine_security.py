@@ -19,8 +19,19 @@ import torch
 from respo.runtime.engines import vllm as engine_mod
 from respo.runtime.engines.vllm import PID_FILE, SERVER, _digest, _private_dir, _weights_file, remove_leftovers
 
-sys.path.insert(0, str(SERVER.parent))
-from vllm_server import checked_weights  # noqa: E402  (the server script, imported as a module)
+
+def _server_module():
+    """The server script as a module, loaded from its file: putting its folder on sys.path would make that
+    folder's vllm.py (respo's engine) look like the vllm package to every later test."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("respo_vllm_server_under_test", SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+checked_weights = _server_module().checked_weights
 
 
 def _mode(p: Path) -> int:
