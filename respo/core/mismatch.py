@@ -33,7 +33,7 @@ import torch
 
 from respo.core.ratios import LOG_W_CLAMP
 
-__all__ = ["ROLLOUT_CORRECTIONS", "mismatch_metrics", "rollout_correction_weights"]
+__all__ = ["ROLLOUT_CORRECTIONS", "mismatch_metrics", "nonfinite_rows", "rollout_correction_weights"]
 
 ROLLOUT_CORRECTIONS = ("off", "token-tis", "seq-tis", "token-mis", "seq-mis")
 
@@ -44,12 +44,10 @@ def _masked_log_rho(old_logp: torch.Tensor, rollout_logp: torch.Tensor, m: torch
     return torch.where(m > 0, diff, torch.zeros_like(diff))
 
 
-def _finite_rows(old_logp: torch.Tensor, rollout_logp: torch.Tensor,
-                 mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(mask of the rows finite on every valid token (B, T) float, the other rows (B,) bool)."""
+def nonfinite_rows(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: the rows with a non-finite trainer or engine log-prob on a valid token (padding is not read)."""
     valid = mask.float() > 0
-    bad = (valid & ~(torch.isfinite(old_logp.float()) & torch.isfinite(rollout_logp.float()))).any(-1)  # (B,)
-    return (valid & ~bad.unsqueeze(-1)).float(), bad
+    return (valid & ~(torch.isfinite(old_logp.float()) & torch.isfinite(rollout_logp.float()))).any(-1)
 
 
 def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor,
@@ -75,7 +73,8 @@ def mismatch_metrics(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
         mask: (B, T) 0/1 valid tokens.
     """
     with torch.no_grad():
-        m, bad = _finite_rows(old_logp, rollout_logp, mask)  # (B, T) valid tokens of finite rows, (B,) the others
+        bad = nonfinite_rows(old_logp, rollout_logp, mask)  # (B,) left out, counted
+        m = ((mask.float() > 0) & ~bad.unsqueeze(-1)).float()  # (B, T) the valid tokens of the other rows
         log_rho = _masked_log_rho(old_logp, rollout_logp, m)  # (B, T)
         n_tok = m.sum().clamp(min=1)
         per_row = m.sum(-1)  # (B,)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from respo.core import Objective, build_objective, fold_rollout_log_ratio, moe_metrics
-from respo.core.mismatch import rollout_correction_weights
+from respo.core.mismatch import nonfinite_rows, rollout_correction_weights
 from respo.runtime import moe
 from respo.train.buffer import Batch
 from respo.train.config import TrainConfig
@@ -92,7 +92,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
             log_rho, kept = _rollout_correction(old_logp[i:j, :t], mb.behaviour_logp, mb.mask, cfg)
             log_rho_all[i:j, :t], kept_all[i:j, :t] = log_rho, kept
             mask = kept.to(device)
-            corr = {"rollout_log_ratio": log_rho.to(device), "nan_policy": "mask"}  # rejected rows leave the mask
+            corr["rollout_log_ratio"] = log_rho.to(device)  # rejected rows leave the mask
         loss, _ = objective(logp, old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
                             global_tokens=global_tokens.to(device), global_seqs=global_seqs, diagnostics=False,
                             **prox, **corr)
@@ -107,18 +107,16 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
     nonfinite_weights = False
     if applied:
         optimizer.step()
-        scheduler.step()
-        params = [p for p in model.parameters()]
-        if not bool(torch.isfinite(torch.stack(torch._foreach_norm(params))).all()):  # a finite step that overflowed
-            nonfinite_weights = True
+        scheduler.step()  # then a finite step that overflowed a weight: its norm is not finite
+        nonfinite_weights = not bool(torch.isfinite(torch.stack(torch._foreach_norm(list(model.parameters())))).all())
     else:  # no optimizer step, no scheduler step, moments untouched
         optimizer.zero_grad(set_to_none=True)
     # the diagnostics of the whole mini-batch, each row in its micro-batch (M2PO selected within each)
     groups = torch.cat([torch.full((j - i,), k, dtype=torch.long) for k, (i, j) in enumerate(ranges)])  # (S,)
     with torch.no_grad():
-        corr = {"rollout_log_ratio": log_rho_all, "nan_policy": "mask"} if correcting else {}
-        if from_engine:
-            corr["nan_policy"] = "mask"
+        corr = {"nan_policy": "mask"} if from_engine else {}
+        if correcting:
+            corr["rollout_log_ratio"] = log_rho_all
         _, diag = objective(logp_all, old_logp, batch.adv, kept_all, row_groups=groups,
                             **({"prox_logp": logp_all} if takes_prox else {}),
                             **({"staleness": stale} if stale is not None else {}), **corr)
@@ -145,7 +143,7 @@ def _rollout_correction(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, ma
     the correction: the loss (``nan_policy="mask"``) then drops it and counts it in ``bad_rows/nonfinite``, the
     one rule for every correction, instead of a truncation raising on it or a rejection dropping it unsaid."""
     valid = mask.bool()
-    bad = (valid & ~(torch.isfinite(old_logp) & torch.isfinite(behaviour_logp))).any(-1, keepdim=True)  # (m, 1)
+    bad = nonfinite_rows(old_logp, behaviour_logp, mask).unsqueeze(-1)  # (m, 1)
     clean = torch.where(bad, torch.zeros_like(behaviour_logp), behaviour_logp)
     old = torch.where(bad, torch.zeros_like(old_logp), old_logp)
     w, level = rollout_correction_weights(old, clean, mask, cfg.rollout_correction, cfg.rollout_correction_threshold)
