@@ -124,7 +124,6 @@ def save_checkpoint(ckpt_root: str | Path, update: int, model: torch.nn.Module, 
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"update-{update:06d}"
-    latest = latest_checkpoint(root)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-update-{update:06d}-", dir=root))
     try:
         save_model(model, str(tmp / "model.safetensors"))
@@ -153,6 +152,7 @@ def save_checkpoint(ckpt_root: str | Path, update: int, model: torch.nn.Module, 
         shutil.rmtree(tmp, ignore_errors=True)
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
+        latest = latest_checkpoint(root)  # the temporary directory is gone: the previous checkpoint, if any
         need = sum(p.stat().st_size for p in latest.iterdir() if p.is_file()) if latest else 0
         kept = f"; the previous checkpoint {str(latest)!r} is intact" if latest else ""
         raise CheckpointError(f"checkpoint {str(final)!r} could not be written: no space left on the device of "
