@@ -31,8 +31,9 @@ from respo.errors import RespoError
 from respo.fileio import dir_problem, write_text_atomic
 from respo.study.aggregate import STARVATION_KEYS, Run, fmt_cell, load_runs, mean_std
 from respo.study.paper import paper_figure
-from respo.study.tables import (best_lr_cells, cell_table, column_cells, group_rows, means_row, mismatch_table,
-                                read_rows, run_row, runs_table, seed_list, write_runs_csv)
+from respo.study.tables import (WHERE, TableError, best_lr_cells, cell_table, column_cells, endpoint_rule, group_rows,
+                                means_row, mismatch_table, read_rows, run_row, runs_table, seed_list, starts_by_seed,
+                                write_runs_csv)
 
 __all__ = ["build_report", "main", "add_arguments", "MAIN_ORDER", "NoRunsError", "ReportDirError", "OVERLAY_MAX_RUNS"]
 
@@ -49,6 +50,9 @@ class ReportDirError(RespoError, NotADirectoryError):
     """``respo report --out`` names a path that cannot be a directory (a file, or a path under one)."""
 
 
+#: The endpoints the report's tables pool over seeds (`respo.study.tables.endpoint_rule`).
+REPORT_ENDPOINTS = ("late_mean", "pass@1", "greedy_acc")
+
 ABLATION_ORDER = ("grpo", "vespo", "respo", "respo+/vespo-", "vespo+/respo-", "respo+/truncated-", "respo+/respo0-",
                   "reinforce")
 
@@ -62,7 +66,7 @@ def _order(labels: Iterable[str], preferred: Iterable[str]) -> list[str]:
 def _rows(runs: Iterable[Run]) -> list[dict]:
     """The runs.csv row of each run (`respo.study.tables.run_row`), the run itself under ``_run`` (for the
     figures; not a column): every number of the report's tables is computed from these rows."""
-    return [{**run_row(r), "_run": r} for r in runs]
+    return [{**run_row(r), "_run": r, WHERE: str(r.path)} for r in runs]
 
 
 def _runs(groups: dict[tuple, list[dict]]) -> dict[tuple, list[Run]]:
@@ -126,9 +130,21 @@ def _sft_pass_rates(runs: Iterable[Run]) -> str:
     return ": " + "; ".join(f"{', '.join(sorted(rates))} ({on})" for on, rates in said.items())
 
 
-def _starts_section(rows: list[dict]) -> list[str]:
-    """A note, where the runs start from more than one recorded policy (the ``start`` column), naming each
-    start's runs and seeds: the report's tables average over seeds whatever their start."""
+def _starts_section(rows: list[dict], *, by_seed: bool = False) -> list[str]:
+    """A note, where the runs start from more than one policy (the ``start`` column, or none recorded), naming
+    each start's runs and seeds. Two recorded starts among the finished runs are refused (`TableError`, as
+    ``respo table`` refuses them) unless ``by_seed`` (``--starts-by-seed``), which needs every finished run's
+    start recorded and each seed's runs to share one (`respo.study.tables.starts_by_seed`)."""
+    fin = [r for r in rows if r["finished"]]
+    recorded = sorted({r["start"] for r in fin if r["start"]}, key=lambda s: min(r["seed"] for r in fin
+                                                                                 if r["start"] == s))
+    if by_seed:
+        starts_by_seed(fin)
+    elif len(recorded) > 1:
+        a, b = (next(r for r in fin if r["start"] == s) for s in recorded[:2])
+        raise TableError(f"two starting policies in one report: {a['run']} started from {a['start']} and {b['run']} "
+                         f"from {b['start']}; report each start's runs on their own, or pass --starts-by-seed where "
+                         "each seed's runs share one start (the report then names each start's seeds)")
     by: dict[str, list[dict]] = {}
     for r in rows:
         by.setdefault(r["start"] or "not recorded", []).append(r)
@@ -140,8 +156,10 @@ def _starts_section(rows: list[dict]) -> list[str]:
         parts.append(f"{start}: {len(rs)} run{'s' * (len(rs) != 1)}, seed{'s' * (len(seeds) != 1)} {seed_list(seeds)}")
     return ["## Starting policies", "",
             f"These runs start from {len(by)} policies (their weights' hashes, the `start` column of runs.csv): "
-            + "; ".join(parts) + ". The tables below average over seeds whatever their start; where every run of a "
-            "seed shares one start, `respo table ... --starts-by-seed` tests the seeds as blocks.", ""]
+            + "; ".join(parts) + ". " + ("Pooled under `--starts-by-seed`: every run of a seed shares one start, and the "
+            "tables below average over the seeds, so over their starts; `respo table ... --starts-by-seed` tests the "
+            "seeds as blocks." if by_seed else "One start is recorded, so the tables below may pool starts that "
+            "differ; `respo table ... --starts-by-seed` tests seeds as blocks where every run records its start."), ""]
 
 
 def _main_section(rows: list[dict], model: str, out_dir: Path, shared_lr: float | None,
@@ -487,12 +505,15 @@ def _commands_section(dirs: list[Path], report_cmd: str) -> list[str]:
 
 def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: float | None = None,
                  notes: str | Path | None = None, command: str = "", title: str = "Staleness study",
-                 keep_rows: bool = False) -> Path:
+                 keep_rows: bool = False, skip_missing: bool = False, starts_by_seed: bool = False) -> Path:
     """Write ``out_dir/report.md`` and its PNGs from the runs under ``dirs``; return the report path. With
     ``keep_rows``, ``out_dir/runs.csv`` keeps the rows it already holds of runs not under ``dirs`` (whose
     directories are gone): they count in every table as the runs under ``dirs`` do, report.md names them, and
     the figures, which need a run's per-update log, show the runs under ``dirs`` only. With ``keep_rows`` and no
-    ``dirs``, report.md is redrawn from the kept rows alone (every figure that needs a log says so)."""
+    ``dirs``, report.md is redrawn from the kept rows alone (every figure that needs a log says so). The rules of
+    ``respo table`` hold: a finished run without an endpoint its cell's other runs have is refused, or left out
+    of the tables and named under ``skip_missing`` (runs.csv still holds its row); two recorded starting
+    policies are refused unless ``starts_by_seed``."""
     from respo.study import plots
 
     dirs = [Path(d) for d in dirs]
@@ -530,8 +551,9 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at "
               f"{hyperparameters('grpo')['clip_ratio_c']:g}).",
               "", f"![kernels]({p.name})", ""]
-    rows = _rows(runs) + kept_rows
-    lines += _starts_section(rows)
+    rows, left = endpoint_rule(_rows(runs) + kept_rows, REPORT_ENDPOINTS, skip=skip_missing)
+    lines += _starts_section(rows, by_seed=starts_by_seed)
+    lines += left[1:] + [""] if left else []
     if len(rows) <= OVERLAY_MAX_RUNS:
         lines += _runs_section(rows, out_dir)
     modal = {m: _mode([r["updates"] for r in rows if r["model"] == m]) for m in {r["model"] for r in rows}}
@@ -575,11 +597,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="keep the rows the report directory's runs.csv already holds of runs not given here (their "
                         "directories are gone); they count in report.md's tables, which name them, and only the figures "
                         "leave them out")
+    p.add_argument("--skip-missing", action="store_true",
+                   help="leave out of the tables a finished run that lacks an endpoint (empty, nan or inf) the other "
+                        "runs of its cell have, naming it in report.md (default: refused, naming its file or directory)")
+    p.add_argument("--starts-by-seed", action="store_true",
+                   help="report runs of several starting policies where each seed's runs share one start, naming each "
+                        "start's seeds (default: two recorded starts are refused)")
 
 
 def cmd_report(args: argparse.Namespace, command: str) -> int:
     path = build_report(args.sweeps, args.out, shared_lr=args.shared_lr, notes=args.notes, command=command,
-                        title=args.title, keep_rows=args.keep_rows)
+                        title=args.title, keep_rows=args.keep_rows, skip_missing=args.skip_missing,
+                        starts_by_seed=args.starts_by_seed)
     print(f"report: {path}")
     return 0
 

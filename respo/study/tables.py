@@ -122,6 +122,7 @@ _LIST = {"step_scores", *(f"staleness:{k}" for k in (*STALENESS_METRICS, *STALEN
 _TEXT = {"run", "model", "objective", "task", "task_kwargs", "kernels", "loss_agg_mode", "start", "engine"}
 _INT = {"reuse", "group_size", "seed", "updates", "updates_logged", "B"}
 _BOOL = {"routing_replay", "finished"}
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 BASELINES = ("grpo", "vespo")
 #: Equivalence margin δ of ``respo table headline`` unless ``--margin`` says otherwise: 0.03 of the
 #: normalised score (3 points of training score or of held-out pass@1, about one seed-to-seed
@@ -197,20 +198,21 @@ def write_runs_csv(runs: Iterable[Run], path: Path, *, keep: bool = False) -> li
     """One `run_row` per run, sorted by run name; NaN written as an empty cell, floats with 6 digits.
     The file is replaced whole (`write_text_atomic`), never left half-written. With ``keep``, the rows of
     the runs.csv already at ``path`` whose runs are not among ``runs`` (runs whose directories are gone) are
-    kept as they were written (columns added since left empty); returns their run names. A file there that
-    is no runs.csv, or whose columns are not a prefix of `COLUMNS`, raises `TableError`."""
+    kept as they were written, column by column under this version's header (columns they lack left empty, as
+    ``respo table`` reads them); returns their run names. A file there that is no runs.csv, or that has a
+    column this version does not write (it would be lost), raises `TableError`."""
     runs = list(runs)
     lines: dict[str, list[str]] = {}
     if keep and path.is_file():
         _read_csv(path)  # a runs.csv whose every row parses, or TableError
         with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            header = next(reader)
-            if header != list(COLUMNS[:len(header)]):
-                raise TableError(f"{path}: its columns are not those of a runs.csv this version writes (or an earlier "
-                                 "one), so its rows cannot be kept")
+            reader = csv.DictReader(fh)
+            unknown = [c for c in reader.fieldnames or () if c not in COLUMNS]
+            if unknown:
+                raise TableError(f"{path}: column {unknown[0]!r} is not one a runs.csv of this version holds, so its "
+                                 "rows cannot be kept without losing it")
             given = {r.path.name for r in runs}
-            lines = {row[0]: row + [""] * (len(COLUMNS) - len(header)) for row in reader if row[0] not in given}
+            lines = {row["run"]: [row.get(c) or "" for c in COLUMNS] for row in reader if row["run"] not in given}
     for r in runs:
         row = run_row(r)
         lines[r.path.name] = ["" if isinstance(v, float) and not math.isfinite(v) else
@@ -229,7 +231,10 @@ def _parse(path: Path, line: int, col: str, text: str):
     if col in _TEXT:
         return text
     if col in _BOOL:
-        return text.strip().lower() in ("true", "1", "yes")
+        word = text.strip().lower()
+        if word in _TRUE or word in _FALSE or (word == "" and col != "finished"):  # kept rows leave later ones empty
+            return word in _TRUE
+        raise TableError(f"{path}: line {line}, column {col}: {text!r} is not true or false")
     if text.strip() == "":
         return [] if col in _LIST else math.nan
     try:
@@ -254,8 +259,13 @@ def _read_csv(path: Path) -> tuple[list[dict], set[str]]:
         raise TableError(f"{path}: not a runs.csv (missing column(s) {', '.join(need)})")
     rows = []
     for i, r in enumerate(table, start=2):
+        if None in r:  # csv.DictReader's key for fields beyond the header
+            raise TableError(f"{path}: line {i}: {len(r[None])} more field(s) than the header")
+        if any(v is None for v in r.values()):
+            raise TableError(f"{path}: line {i}: fewer fields than the header")
         row = {c: (_parse(path, i, c, r[c]) if c in header else ([] if c in _LIST else
                                                                   "" if c in _TEXT else math.nan)) for c in COLUMNS}
+        row[WHERE] = f"{path} line {i}"
         if row["finished"] and row["updates_logged"] != row["updates"]:
             raise TableError(f"{path}: line {i}: run {row['run']} finished at update {row['updates']} but its log "
                              f"holds {row['updates_logged']} update record(s): its windows were computed on a "
@@ -397,12 +407,59 @@ def read_rows(paths: Sequence[str | Path]) -> tuple[list[dict], set[str]]:
         runs = load_runs(dirs)
         if not runs:
             raise TableError(f"no runs found under {', '.join(map(str, dirs))} (a run directory has a config.json)")
-        rows += [run_row(r) for r in runs]
+        rows += [{**run_row(r), WHERE: str(r.path)} for r in runs]
         where += [str(r.path) for r in runs]
     if not rows:
         raise TableError(f"no runs in {', '.join(map(str, paths))}")
     _check_duplicates(rows, where)
     return rows, absent
+
+
+#: The key of a row's place (``FILE line K`` of a runs.csv, or a run directory): not a column.
+WHERE = "_where"
+#: The endpoints each kind of table pools over seeds (the factorial's are its ``--metrics``).
+ENDPOINTS = {"headline": ("late_mean", "pass@1"), "replay": ("late_mean", "pass@1"),
+             "breakdown": ("late_mean", "pass@1"), "regime": ("late_mean", "pass@1")}
+#: The runs a seed-pooling table compares: one model, G, lr, N and budget.
+_ENDPOINT_CELL = ("model", "group_size", "lr", "reuse", "updates")
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def endpoint_gaps(rows: Sequence[dict], cols: Sequence[str]) -> list[tuple[dict, str]]:
+    """(row, column) of every finished row whose ``column`` is not a finite number (empty, nan or inf) while
+    another finished row of its cell (`_ENDPOINT_CELL`) has one there: a table pooling the cell over seeds
+    would drop its seed. An endpoint no run of a cell measured (e.g. no held-out evaluation) is no gap."""
+    fin = [r for r in rows if r["finished"]]
+    have = {(tuple(r[k] for k in _ENDPOINT_CELL), c) for r in fin for c in cols if _finite(r[c])}
+    return [(r, c) for r in fin for c in cols
+            if not _finite(r[c]) and (tuple(r[k] for k in _ENDPOINT_CELL), c) in have]
+
+
+def _value(x) -> str:
+    return "empty or nan" if isinstance(x, float) and math.isnan(x) else repr(x)
+
+
+def endpoint_rule(rows: list[dict], cols: Sequence[str], *, skip: bool) -> tuple[list[dict], list[str]]:
+    """The one rule of the study tools for a finished run that lacks an endpoint its cell's other runs have
+    (`endpoint_gaps`): `TableError` in one line naming its file and line (or run directory), the run and the
+    column; or, with ``skip`` (``--skip-missing``), the rows without such runs and a note that names each one
+    left out, for the output."""
+    gaps = endpoint_gaps(rows, cols)
+    if not gaps:
+        return rows, []
+    if not skip:
+        r, c = gaps[0]
+        more = f" ({len(gaps)} such values in all)" if len(gaps) > 1 else ""
+        raise TableError(f"{r.get(WHERE, r['run'])}, column {c}: run {r['run']} finished with {c} {_value(r[c])}, "
+                         f"while other runs of its cell have one{more}; rebuild its row, leave it out of the input, or "
+                         "pass --skip-missing to leave such runs out (the output names them)")
+    left = {id(r) for r, _ in gaps}
+    named = "; ".join(f"{r['run']} ({c} {_value(r[c])})" for r, c in gaps)
+    return [r for r in rows if id(r) not in left], ["", f"Left out under --skip-missing, finished without an endpoint "
+                                                        f"the other runs of their cell have: {named}."]
 
 
 def _ci(w) -> str:
@@ -1042,6 +1099,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--updates", type=int, default=None, help="keep runs with this budget only")
     p.add_argument("--routing-replay", action="store_true",
                    help="keep the runs with MoE routing replay (default: the runs without; the replay kind takes both)")
+    p.add_argument("--skip-missing", action="store_true",
+                   help="leave out a finished run that lacks an endpoint (empty, nan or inf) the other runs of its cell "
+                        "have, naming it under the table (default: refused, naming its file, line and column)")
 
 
 def _select(rows: list[dict], args: argparse.Namespace) -> list[dict]:
@@ -1092,22 +1152,29 @@ def run(args: argparse.Namespace) -> int:
         raise TableError(f"--cost adds columns to the calib table only, not to {args.kind}")
     if args.metrics != ",".join(FACTORIAL_DEFAULT) and args.kind != "factorial":
         raise TableError(f"--metrics chooses the factorial table's endpoints, not the {args.kind} table's")
+    if args.skip_missing and args.kind not in (*ENDPOINTS, "factorial"):
+        raise TableError(f"--skip-missing applies to the tables that pool an endpoint over seeds "
+                         f"({', '.join((*ENDPOINTS, 'factorial'))}), not to {args.kind}")
     if args.kind == "fill":
         for f in args.paths:
             print(f"{f}: {fill(Path(f))} table block(s) regenerated")
         return 0
     if args.kind == "regime":
-        inputs = []
+        inputs, notes = [], []
         for spec in args.paths:
             length, sep, path = spec.partition("=")
             if not sep or not length.isdigit():
                 raise TableError(f"expected LENGTH=RUNS_CSV (e.g. 128=runs.csv), got {spec!r}")
             rows, absent = read_rows([path])
-            inputs.append((int(length), _select(rows, args), absent))
-        print("\n".join(regime_table(inputs)))
+            rows, left = endpoint_rule(_select(rows, args), ENDPOINTS["regime"], skip=args.skip_missing)
+            inputs.append((int(length), rows, absent))
+            notes += left
+        print("\n".join(regime_table(inputs) + notes))
         return 0
     rows, absent = read_rows(args.paths)
     rows = _select(rows, args)
+    endpoints = _metrics(args) if args.kind == "factorial" else ENDPOINTS.get(args.kind, ())
+    rows, left = endpoint_rule(rows, endpoints, skip=args.skip_missing)
     note: list[str] = []
     by_start: dict[str, list[int]] = {}
     if args.starts_by_seed:
@@ -1139,5 +1206,5 @@ def run(args: argparse.Namespace) -> int:
         lines = staleness_tables(rows, absent)
     else:
         lines = headline_tables(rows, absent, margin=args.margin, method=args.adjust, paired=args.paired)
-    print("\n".join(lines + note))
+    print("\n".join(lines + note + left))
     return 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -315,9 +316,14 @@ def test_report_names_the_starting_policies_when_runs_hold_two(tmp_path):
         cfg = json.loads((d / "config.json").read_text())
         cfg["policy"] = {"source": "dir", "path": "w", "weights_sha256": sha * 64}
         (d / "config.json").write_text(json.dumps(cfg))
-    text = build_report([sweep], tmp_path / "report").read_text()
+    # two recorded starts are refused, as `respo table` refuses them, naming a run of each
+    with pytest.raises(TableError, match=r"two starting policies in one report: \S*grpo\S*_s0 started from aaaaaaaaaaaa "
+                                         r"and \S*_s2 from bbbbbbbbbbbb; .* --starts-by-seed"):
+        build_report([sweep], tmp_path / "report")
+    # ... and pooled where each seed's runs share one start, under the flag the report names
+    text = build_report([sweep], tmp_path / "report", starts_by_seed=True).read_text()
     section = text.split("## Starting policies")[1].split("\n## ")[0]
-    assert "These runs start from 2 policies" in section
+    assert "These runs start from 2 policies" in section and "Pooled under `--starts-by-seed`" in section
     assert "aaaaaaaaaaaa: 2 runs, seeds 0, 1; bbbbbbbbbbbb: 1 run, seed 2." in section
     # one start: no such section
     one = tmp_path / "one"
@@ -373,11 +379,18 @@ def test_report_keeps_the_rows_of_runs_whose_directories_are_gone(tmp_path):
     # without it the runs.csv holds the runs given, as before
     build_report([sweep], tmp_path / "report")
     assert (tmp_path / "report" / "runs.csv").read_text().splitlines() == before[:2]
-    # a file there whose columns are not in a runs.csv's order (model and objective swapped) is refused, not merged
-    assert before[0].startswith("run,model,objective,")
-    swapped = "run,objective,model," + before[0][len("run,model,objective,"):]
-    (tmp_path / "report" / "runs.csv").write_text("\n".join([swapped, before[1]]) + "\n")
-    with pytest.raises(TableError, match="its columns are not those of a runs.csv this version writes"):
+    # kept rows are read by column name, as `respo table` reads them: a runs.csv without the start column (as
+    # written before it existed) keeps its row, start left empty; one with a column this version does not write is
+    # refused (its values would be lost), naming the column
+    table = list(csv.reader(before))
+    i = table[0].index("start")
+    with (tmp_path / "report" / "runs.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([v for j, v in enumerate(row) if j != i] for row in (table[0], table[2]))
+    build_report([sweep], tmp_path / "report", keep_rows=True)
+    kept = {r["run"]: r for r in csv.DictReader((tmp_path / "report" / "runs.csv").open())}
+    assert kept[b.name]["start"] == "" and float(kept[b.name]["late_mean"]) == pytest.approx(0.7)  # seed 1: 0.7
+    (tmp_path / "report" / "runs.csv").write_text("\n".join([before[0] + ",my_note", before[2] + ",x"]) + "\n")
+    with pytest.raises(TableError, match="column 'my_note' is not one a runs.csv of this version holds"):
         build_report([sweep], tmp_path / "report", keep_rows=True)
 
 
@@ -605,3 +618,28 @@ def test_report_shows_the_engine_mismatch_of_runs_that_logged_it(tmp_path):
     # runs of respo's own sampler log none: no such section
     _fake_run(tmp_path / "plain", "grpo", 2, 1e-5, 0, [0.5] * 16)
     assert "Engine–trainer mismatch" not in build_report([tmp_path / "plain"], tmp_path / "report2").read_text()
+
+
+def test_report_refuses_a_run_without_the_endpoint_its_cell_has_or_names_it_under_skip_missing(tmp_path):
+    # three GRPO seeds at one (lr, N): seed 2's held-out evaluation is missing (summary.json without pass@1). The
+    # late-mean table would pool 3 seeds and the pass@1 table 2, without a word: refused, naming its directory
+    sweep = tmp_path / "sweep"
+    for seed, score in ((0, 0.5), (1, 0.7), (2, 0.9)):
+        d = _fake_run(sweep, "grpo", 8, 1e-5, seed, [score] * 16)
+    (d / "summary.json").write_text(json.dumps({"eval_after": {}}))
+    with pytest.raises(TableError, match=rf"{re.escape(str(d))}, column pass@1: run {d.name} finished with pass@1 "
+                                         r"empty or nan, while other runs of its cell have one; .*--skip-missing"):
+        build_report([sweep], tmp_path / "report")
+    text = build_report([sweep], tmp_path / "report", skip_missing=True).read_text()
+    assert f"Left out under --skip-missing, finished without an endpoint the other runs of their cell have: " \
+           f"{d.name} (pass@1 empty or nan)." in text
+    late = text.split("### Late mean")[1].split("\n\n", 2)[1]
+    assert "| grpo | **0.600 ± 0.141 (2)** |" in late  # seeds 0 and 1 only: (0.5 + 0.7)/2, |0.7 - 0.5|/sqrt(2)
+    # its row is still recorded in runs.csv: nothing is dropped from the record
+    assert d.name in (tmp_path / "report" / "runs.csv").read_text()
+    # a cell where no run was evaluated has no gap: its pass@1 is simply not measured
+    plain = tmp_path / "plain"
+    for seed in (0, 1):
+        e = _fake_run(plain, "grpo", 8, 1e-5, seed, [0.5] * 16)
+        (e / "summary.json").write_text(json.dumps({"eval_after": {}}))
+    assert "Left out" not in build_report([plain], tmp_path / "report2").read_text()

@@ -835,3 +835,60 @@ def test_factorial_over_two_starts_compares_them_descriptively():
     lines = factorial_table(rows, method="holm", metrics=("pass@1",), starts=starts_by_seed(rows))
     assert "| 3e-05 | 8 | pass@1 | between the two starts, Welch p | | 0.051 | 0.051 | 0.051 |" in lines
     assert "descriptive: not declared, not adjusted" in "\n".join(lines)
+
+
+def test_runs_csv_booleans_and_row_widths_are_checked_not_guessed(tmp_path):
+    # "maybe" in finished used to read as False, so the run vanished from every table; now one line names it
+    header = ",".join(COLUMNS[:14])
+    line = "r,tiny-dense,grpo,4,8,3e-5,0,False,16,{f},16,0.4,0.1,0.5"
+    (tmp_path / "m.csv").write_text(header + "\n" + line.format(f="maybe") + "\n")
+    with pytest.raises(TableError, match=r"m.csv: line 2, column finished: 'maybe' is not true or false"):
+        read_rows([tmp_path / "m.csv"])
+    (tmp_path / "e.csv").write_text(header + "\n" + line.format(f="") + "\n")
+    with pytest.raises(TableError, match=r"e.csv: line 2, column finished: '' is not true or false"):
+        read_rows([tmp_path / "e.csv"])
+    (tmp_path / "w.csv").write_text(header + "\n" + line.format(f="True") + ",extra\n")
+    with pytest.raises(TableError, match=r"w.csv: line 2: 1 more field\(s\) than the header"):
+        read_rows([tmp_path / "w.csv"])
+    (tmp_path / "s.csv").write_text(header + "\n" + line.format(f="True").rsplit(",", 1)[0] + "\n")
+    with pytest.raises(TableError, match=r"s.csv: line 2: fewer fields than the header"):
+        read_rows([tmp_path / "s.csv"])
+    # the words a runs.csv may hold: True/False as written, and 1/0, yes/no
+    for word, want in (("True", True), ("false", False), ("1", True), ("no", False)):
+        (tmp_path / "ok.csv").write_text(header + "\n" + line.format(f=word) + "\n")
+        assert read_rows([tmp_path / "ok.csv"])[0][0]["finished"] is want
+
+
+def _gap_csv(tmp_path: Path, third: str) -> Path:
+    """A runs.csv of three finished GRPO seeds at one (lr, N) whose third run's pass@1 cell is ``third``."""
+    header = ",".join(COLUMNS[:14])
+    rows = [f"grpo_s{s},tiny-dense,grpo,4,8,3e-5,{s},False,16,True,16,0.{4 + s},0.1,{p}"
+            for s, p in ((0, "0.5"), (1, "0.7"), (2, third))]
+    path = tmp_path / f"gap-{third or 'empty'}.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("third, shown", [("", "empty or nan"), ("nan", "empty or nan"), ("inf", "inf")])
+def test_a_seed_without_its_cells_endpoint_is_refused_or_left_out_by_name(tmp_path, capsys, third, shown):
+    # the headline table pools pass@1 over seeds: seed 2's is missing, so its "(3)" would quietly become "(2)"
+    path = _gap_csv(tmp_path, third)
+    args = ["table", "headline", str(path)]
+    r = subprocess.run([sys.executable, "-m", "respo", *args], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"respo table: error: {path} line 4, column pass@1: run grpo_s2 finished with pass@1 {shown}, while other runs of "
+        "its cell have one; rebuild its row, leave it out of the input, or pass --skip-missing to leave such runs "
+        "out (the output names them)"]
+    r = subprocess.run([sys.executable, "-m", "respo", *args, "--skip-missing"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # late mean over seeds 0 and 1 only: (0.4 + 0.5)/2 = 0.450, sample std 0.0707; pass@1 (0.5 + 0.7)/2 = 0.600
+    assert "| 3e-05 | 4 | grpo | 0.450 ± 0.071 (2) | 0.600 ± 0.141 (2) |" in r.stdout
+    assert r.stdout.rstrip().endswith(f"Left out under --skip-missing, finished without an endpoint the other runs "
+                                      f"of their cell have: grpo_s2 (pass@1 {shown}).")
+
+
+def test_skip_missing_applies_only_to_the_tables_that_pool_an_endpoint(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "respo", "table", "calib", str(_gap_csv(tmp_path, "")),
+                        "--skip-missing"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--skip-missing applies to the tables that pool an endpoint over seeds" in r.stderr
