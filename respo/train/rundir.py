@@ -30,13 +30,16 @@ from respo.train.config import rule
 
 __all__ = ["RunDirError", "RUN_ENTRIES", "RESUMABLE", "ENDING_ENTRIES", "run_entries", "check_writable",
            "prepare_run_dir", "lock_run_dir", "read_record", "resume_changes", "check_resume", "finished",
-           "resumed_entries", "reopen", "write_config", "log_problem"]
+           "resumed_entries", "reopen", "close_previous_end", "PREVIOUS_END", "write_config", "log_problem"]
 
 #: What a run writes into its directory; anything else there (a sweep's train.log, notes) is left alone.
-RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", "tb", "report.md", "curve.png")
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "summary.json", "ckpt", "final", "tb", "report.md", "curve.png",
+               "previous-end")
 #: What describes a run's end (the CLI and the demo add report.md and curve.png); removed when a resumed
 #: run goes on past it.
 ENDING_ENTRIES = ("final", "summary.json", "report.md", "curve.png")
+#: Where a resumed run that goes on past its end keeps that end's files until the new end is written.
+PREVIOUS_END = "previous-end"
 #: Settings a resumed run may change (``"resumable"`` in their `TrainConfig` field's metadata): they change
 #: neither the weights nor the per-update records (evaluation draws from its own generator, so
 #: ``eval_every`` only adds or removes eval records; ``max_nonfinite_steps`` only says how many skipped
@@ -273,11 +276,37 @@ def resumed_entries(run_dir: Path, update: int, changes: Mapping[str, list]) -> 
     return [e for e in earlier if e.get("update", 0) < update] + [{"update": update, **changes}]
 
 
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+
+
 def reopen(run_dir: Path) -> None:
-    """A resumed run goes on past its end: remove what described that end (`ENDING_ENTRIES`)."""
-    for name in ENDING_ENTRIES:
-        path = run_dir / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    """A resumed run goes on past its end: what described that end (`ENDING_ENTRIES`) no longer does, but
+    it is not removed before its replacement exists: it moves into `PREVIOUS_END`, which `close_previous_end`
+    removes once the new ``final/`` and ``summary.json`` are written. A run interrupted in between keeps the
+    last complete end there. Ending entries without both ``final/`` and ``summary.json`` (a new end cut short)
+    are no end: where `PREVIOUS_END` already holds one, they are removed."""
+    present = [n for n in ENDING_ENTRIES if (run_dir / n).exists() or (run_dir / n).is_symlink()]
+    if not present:
+        return
+    aside = run_dir / PREVIOUS_END
+    complete = (run_dir / "final").is_dir() and (run_dir / "summary.json").is_file()
+    if aside.exists() and not complete:
+        for name in present:
+            _remove(run_dir / name)
+        return
+    if aside.exists():
+        _remove(aside)
+    aside.mkdir()
+    for name in present:
+        os.replace(run_dir / name, aside / name)
+
+
+def close_previous_end(run_dir: Path) -> None:
+    """The run's new end is written: the end it went on past (`reopen`) is no longer needed."""
+    aside = run_dir / PREVIOUS_END
+    if aside.exists():
+        _remove(aside)
 
 
 def write_config(run_dir: Path, record: Mapping[str, Any]) -> None:

@@ -41,7 +41,7 @@ from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
 from respo.train.policy import Policy, load_run_policy
 from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, read_record,
-                                reopen, resumed_entries, write_config)
+                                close_previous_end, reopen, resumed_entries, write_config)
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
 from respo.train.update import make_optimizer, run_objective, update_step
 
@@ -103,6 +103,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
                 run.engine.close()
         state = run.state
         write_summary(run_dir, cfg, state.evals, state.update, state.dropped, state.wall_parts())
+        close_previous_end(run_dir)  # the new final/ and summary.json exist: the end this run went past can go
     return run_dir
 
 

@@ -78,6 +78,32 @@ def test_resume_may_extend_updates_and_records_the_change(finished_run, tmp_path
     assert summary["wall_s"] == pytest.approx(sum(summary["wall_s_parts"]))
 
 
+def test_extending_a_finished_run_keeps_its_end_until_the_new_one_is_written(finished_run, tmp_path, monkeypatch,
+                                                                            capsys):
+    # the extension fails right after the run was reopened (here: writing config.json, as on a full disk). The
+    # finished run's final/ and summary.json used to be deleted at that point; now they wait in previous-end/
+    import respo.train.trainer as trainer
+
+    run = _copy(finished_run, tmp_path)
+    summary = (run / "summary.json").read_bytes()
+    weights = {p.name: p.read_bytes() for p in (run / "final").iterdir()}
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trainer, "write_config", full_disk)
+    with pytest.raises(OSError):
+        train_cli(run, "--resume", "--updates", "6", "--checkpoint-every", "2")
+    assert not (run / "summary.json").exists() and not (run / "final").exists()
+    assert (run / "previous-end" / "summary.json").read_bytes() == summary
+    assert {p.name: p.read_bytes() for p in (run / "previous-end" / "final").iterdir()} == weights
+    # a second try that succeeds writes the new end and only then removes the old one
+    monkeypatch.undo()
+    assert train_cli(run, "--resume", "--updates", "6", "--checkpoint-every", "2") == 0
+    assert json.loads((run / "summary.json").read_text())["updates"] == 6 and (run / "final").is_dir()
+    assert not (run / "previous-end").exists()
+
+
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_again_and_keeps_its_files(tmp_path, capsys):
     # a preempted job relaunched with --resume: nothing to continue, so a new run starts, and the killed run's
     # files are moved to interrupted-1/, not lost
@@ -305,3 +331,27 @@ def test_resume_into_an_unwritable_ckpt_changes_nothing(tmp_path, capsys, monkey
     assert "ckpt" in line and "not writable" in line and "nothing was changed" in line
     assert sorted(p.name for p in run.iterdir()) == before
     assert (run / "summary.json").is_file() and (run / "final").is_dir()
+
+
+def test_reopen_keeps_the_last_complete_end_and_drops_a_partial_one(tmp_path):
+    from respo.train.rundir import PREVIOUS_END, close_previous_end, reopen
+
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "summary.json").write_text('{"updates": 4}')
+    (run / "report.md").write_text("end at 4")
+    reopen(run)  # a complete end moves aside whole
+    aside = run / PREVIOUS_END
+    assert sorted(p.name for p in aside.iterdir()) == ["final", "report.md", "summary.json"]
+    assert not (run / "summary.json").exists()
+    # an extension cut short after writing final/ but before summary.json: no end, so it goes and the aside stays
+    (run / "final").mkdir()
+    reopen(run)
+    assert not (run / "final").exists() and (aside / "summary.json").read_text() == '{"updates": 4}'
+    # a new complete end (killed before the aside was removed) replaces the aside on the next reopen
+    (run / "final").mkdir()
+    (run / "summary.json").write_text('{"updates": 6}')
+    reopen(run)
+    assert (aside / "summary.json").read_text() == '{"updates": 6}' and not (aside / "report.md").exists()
+    close_previous_end(run)
+    assert not aside.exists()
