@@ -26,6 +26,7 @@ NOT_RUN = {
     "make demo": "builds a virtual environment (tests/train/test_demo.py runs the demo itself)",
     "make test-fast": "the core and CLI tests, which this suite runs itself",
     "make test": "the whole suite",
+    "pip install": "installs respo into the reader's own environment (make setup installs it into .venv)",
     "make bench": "the benchmarks, minutes each",
     ".venv/bin/python benchmarks/": "the benchmarks, minutes each",
     "scripts/gpu_check.sh": "CUDA tests, benchmarks and sweeps (DEVICE=cpu runs it on the CPU; minutes)",
