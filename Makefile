@@ -14,7 +14,7 @@ export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup engine demo test test-fast bench clean
+.PHONY: test-not-slow setup engine demo test test-fast bench clean
 
 setup: $(STAMP) $(ESTAMP)
 
@@ -54,6 +54,10 @@ test: setup
 # the core maths and the command line (tests/core, tests/cli): no real model trained, no vLLM, Ray or verl started
 test-fast: setup
 	$(PY) -m pytest -q tests/core tests/cli
+
+# everything but the tests marked slow (the longer end-to-end runs, which `make test` runs too)
+test-not-slow: setup
+	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	$(PY) benchmarks/bench_losses.py

@@ -11,7 +11,7 @@ its token and sequence counts; masks must be equal exactly):
                      exactly the ratio of the two token counts, which is checked too)
   tis/mis batch_normalize   verl's bypass mode, REINFORCE, ``rollout_is_batch_normalize=True``
 LUSPO is TRL's and is checked inside TRL's trainer (tests/integrations/test_integration_trl.py). AReaL is not
-installed: the log-linear proximal policy is checked on hand-worked values (tests/core/test_new_objectives.py).
+installed: the log-linear proximal policy is checked on hand-worked values (tests/core/test_trust_region_objectives.py).
 """
 
 import pytest

@@ -4,7 +4,7 @@ log-linear proximal policy: hand-worked values, extreme log W, micro-batching, b
 AReaL is not installed: the log-linear proximal policy is checked here on values worked by hand from
 its published formula (log π_prox = log π_behave + α·(log π_θ − log π_behave), α = (v_prox − v_behave)
 / (v_θ − v_behave), v_prox = v_θ − 1). The others are cross-checked against verl and TRL in
-tests/integrations/test_crosscheck_new.py and tests/integrations/test_integration_trl.py."""
+tests/integrations/test_crosscheck_trust_rules.py and tests/integrations/test_integration_trl.py."""
 
 import math
 
