@@ -1,0 +1,40 @@
+"""respo's losses reach verl through verl's ``verl.plugins`` entry point alone, and a failed registration is loud."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def test_a_fresh_verl_process_sees_respos_losses_through_the_entry_point_alone(tmp_path):
+    # nothing of respo imported, no VERL_USE_EXTERNAL_MODULES: `import verl` loads the plugin named in respo's
+    # package metadata, which registers the losses (warnings as errors: the registration must not have failed)
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")}
+    code = ("import sys, verl\n"
+            "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY\n"
+            "print(sorted(k for k in ('respo', 'm2po', 'opsm') if k in POLICY_LOSS_REGISTRY))\n"
+            "print('respo.integrations.verl' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["['m2po', 'opsm', 'respo']", "True"]
+    # verl's own switch turns plugin discovery off, and then respo's losses are not there
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={**env, "VERL_USE_EXTERNAL_PLUGINS": "none"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["[]", "False"]
+
+
+def test_a_failed_registration_is_a_warning_naming_the_error(monkeypatch):
+    # verl logs a plugin that raises at DEBUG only; respo's plugin says what failed instead
+    import respo.integrations.verl as integration
+    from respo.integrations.verl import plugin
+
+    def broken():
+        raise ValueError("the registry is gone")
+
+    monkeypatch.setattr(integration, "register", broken)
+    with pytest.warns(RuntimeWarning, match=r"respo could not register its policy losses with verl \(ValueError: "
+                                            r"the registry is gone\); loss_mode=respo"):
+        plugin.load()
