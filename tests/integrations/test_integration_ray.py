@@ -86,20 +86,26 @@ def probe() -> dict:
 
 @pytest.fixture(scope="module")
 def probes(ray_cluster):
-    """Both probes at once (two fresh workers in parallel on the 2 CPUs)."""
+    """The three probes at once (fresh workers, two at a time on the 2 CPUs)."""
     env = worker_runtime_env()
     assert env["env_vars"][ENV_VAR].split(",")[-1] == MODULE
-    # A different runtime_env gets its own fresh worker; without the variable nothing registers.
-    control_env = {"env_vars": {"RESPO_RAY_CONTROL": "1"}}
-    refs = [ray.remote(probe).options(runtime_env=e).remote() for e in (env, control_env)]
-    with_hook, control = ray.get(refs)
-    return with_hook, control
+    # A different runtime_env gets its own fresh worker. verl's plugin discovery is off in the first two
+    # (VERL_USE_EXTERNAL_PLUGINS=none), so they test the variable alone: with it the losses register, without
+    # it nothing does; the third has neither the variable nor the switch, and registers through respo's
+    # verl.plugins entry point alone.
+    off = {"VERL_USE_EXTERNAL_PLUGINS": "none"}
+    hook_env = {**env, "env_vars": {**env["env_vars"], **off}}
+    control_env = {"env_vars": {"RESPO_RAY_CONTROL": "1", **off}}
+    entry_env = {"env_vars": {"RESPO_RAY_ENTRY_POINT": "1"}}
+    refs = [ray.remote(probe).options(runtime_env=e).remote() for e in (hook_env, control_env, entry_env)]
+    with_hook, control, entry = ray.get(refs)
+    return with_hook, control, entry
 
 
 def test_worker_registration_through_entry_points_runtime_env(probes):
     import respo
 
-    with_hook, _ = probes
+    with_hook, _, _ = probes
     assert with_hook["pid"] != os.getpid()
     assert with_hook["plugin_imported"] and with_hook["registered"]
     assert with_hook["objective"] == "respo" and with_hook["module"] == "respo.integrations.verl"
@@ -113,6 +119,14 @@ def test_worker_registration_through_entry_points_runtime_env(probes):
 
 
 def test_control_worker_without_hook_has_no_respo_loss(probes):
-    _, control = probes
+    _, control, _ = probes
     assert control["env"] is None
     assert not control["plugin_imported"] and not control["registered"]
+
+
+def test_a_worker_registers_through_the_entry_point_alone(probes):
+    # no VERL_USE_EXTERNAL_MODULES: `import verl` loaded respo's verl.plugins entry point, and the loss in the
+    # worker is the core's
+    _, _, entry = probes
+    assert entry["env"] is None and entry["plugin_imported"] and entry["registered"]
+    assert entry["objective"] == "respo" and entry["loss"] == pytest.approx(entry["core"], rel=1e-12, abs=0)
