@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -505,7 +506,8 @@ def _commands_section(dirs: list[Path], report_cmd: str) -> list[str]:
 
 def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: float | None = None,
                  notes: str | Path | None = None, command: str = "", title: str = "Staleness study",
-                 keep_rows: bool = False, skip_missing: bool = False, starts_by_seed: bool = False) -> Path:
+                 keep_rows: bool = False, skip_missing: bool = False, starts_by_seed: bool = False,
+                 kernels_figure: str | Path | None = None) -> Path:
     """Write ``out_dir/report.md`` and its PNGs from the runs under ``dirs``; return the report path. With
     ``keep_rows``, ``out_dir/runs.csv`` keeps the rows it already holds of runs not under ``dirs`` (whose
     directories are gone): they count in every table as the runs under ``dirs`` do, report.md names them, and
@@ -513,12 +515,16 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     ``dirs``, report.md is redrawn from the kept rows alone (every figure that needs a log says so). The rules of
     ``respo table`` hold: a finished run without an endpoint its cell's other runs have is refused, or left out
     of the tables and named under ``skip_missing`` (runs.csv still holds its row); two recorded starting
-    policies are refused unless ``starts_by_seed``."""
+    policies are refused unless ``starts_by_seed``. The kernels' figure, the same for every report, is drawn at
+    ``kernels_figure`` and linked from there when given (one copy for a folder of reports), else in ``out_dir``."""
     from respo.study import plots
 
     dirs = [Path(d) for d in dirs]
     out_dir = Path(out_dir)
     problem = dir_problem(out_dir, "report directory", "--out")
+    kernels = Path(kernels_figure) if kernels_figure is not None else out_dir / "kernels.png"
+    if kernels_figure is not None and not problem:
+        problem = dir_problem(kernels.parent, "kernels figure's directory", "--kernels-figure")
     if problem:
         raise ReportDirError(problem)
     if not dirs and not keep_rows:
@@ -545,12 +551,13 @@ def build_report(dirs: list[str | Path], out_dir: str | Path, *, shared_lr: floa
     if notes and Path(notes).is_file():
         lines += [Path(notes).read_text().strip(), ""]
     lines += _commands_section(dirs, command)
-    p = plots.plot_kernels(out_dir / "kernels.png")
+    kernels.parent.mkdir(parents=True, exist_ok=True)
+    p = plots.plot_kernels(kernels)
     lines += ["## Kernels: coefficient φ(W) per advantage sign", "",
               "Drawn from the core's loss gradients (one-token responses, c = −B·∂L/∂logp / Â): ReSPO and VESPO's "
               "φ(W), and GRPO's effective per-token coefficient (r where unclipped, 0 where clipped, dual clip at "
               f"{hyperparameters('grpo')['clip_ratio_c']:g}).",
-              "", f"![kernels]({p.name})", ""]
+              "", f"![kernels]({Path(os.path.relpath(p.resolve(), out_dir.resolve())).as_posix()})", ""]
     rows, left = endpoint_rule(_rows(runs) + kept_rows, REPORT_ENDPOINTS, skip=skip_missing)
     lines += _starts_section(rows, by_seed=starts_by_seed)
     lines += left[1:] + [""] if left else []
@@ -603,12 +610,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starts-by-seed", action="store_true",
                    help="report runs of several starting policies where each seed's runs share one start, naming each "
                         "start's seeds (default: two recorded starts are refused)")
+    p.add_argument("--kernels-figure", default=None, metavar="PNG",
+                   help="draw the kernels' figure (the same in every report) at PNG and link it from report.md, so a "
+                        "folder of reports stores one copy (default: kernels.png in the report directory)")
 
 
 def cmd_report(args: argparse.Namespace, command: str) -> int:
     path = build_report(args.sweeps, args.out, shared_lr=args.shared_lr, notes=args.notes, command=command,
                         title=args.title, keep_rows=args.keep_rows, skip_missing=args.skip_missing,
-                        starts_by_seed=args.starts_by_seed)
+                        starts_by_seed=args.starts_by_seed, kernels_figure=args.kernels_figure)
     print(f"report: {path}")
     return 0
 

@@ -418,6 +418,28 @@ def test_report_is_redrawn_from_its_kept_rows_when_no_run_directory_is_left(tmp_
     assert not (tmp_path / "fresh").exists()
 
 
+def test_reports_of_one_folder_can_share_one_kernels_figure(tmp_path):
+    from respo.errors import RespoError
+
+    sweep, a, b, before = _two_seeds_reported(tmp_path)
+    shared = tmp_path / "reports" / "kernels.png"
+    for sub in ("one", "two/deeper"):
+        text = build_report([sweep], tmp_path / "reports" / sub, kernels_figure=shared).read_text()
+        link = "../kernels.png" if sub == "one" else "../../kernels.png"
+        assert f"![kernels]({link})" in text
+        assert not (tmp_path / "reports" / sub / "kernels.png").exists()
+        assert (tmp_path / "reports" / sub / link).resolve() == shared.resolve()
+    assert shared.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # without the flag the report draws its own copy, as before
+    assert "![kernels](kernels.png)" in build_report([sweep], tmp_path / "own").read_text()
+    assert (tmp_path / "own" / "kernels.png").is_file()
+    # a figure whose folder cannot be made is refused in one line before anything is written
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RespoError, match="kernels figure's directory .* is not a directory; choose another --kernels-figure"):
+        build_report([sweep], tmp_path / "three", kernels_figure=tmp_path / "file" / "kernels.png")
+    assert not (tmp_path / "three").exists()
+
+
 def test_report_compares_a_few_ordinary_runs(tmp_path):
     # two plain runs (not a study grid): one table row each and one figure with both curves.
     # late mean = mean of the last 16 // 8 = 2 scores: grpo (0.4 + 0.6) / 2 = 0.5, respo (0.7 + 0.9) / 2 = 0.8
