@@ -359,7 +359,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args)
     _transformers_progress(coerce("progress", overrides.get("progress", True)))
-    report = run_demo(overrides=overrides)
+    objectives = None
+    if args.objectives is not None:
+        objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
+    report = run_demo(overrides=overrides, objectives=objectives)
     print(f"report: {report}")
     return 0
 
@@ -412,7 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sft_flags(p)
     p.set_defaults(func=_cmd_sft)
 
-    p = sub.add_parser("demo", help="warm start + off-policy ReSPO + before/after eval + report")
+    p = sub.add_parser("demo", help="three objectives side by side at high staleness: before/after eval, "
+                                    "the starvation diagnostic, one report and figure")
+    p.add_argument("--objectives", default=None, metavar="A,B,...",
+                   help="the objectives to put side by side, comma-separated (default: vespo,respo,respo+/vespo-); "
+                        "--objective X runs X alone")
     _add_config_flags(p)  # --out-dir (default runs/demo) is the report directory
     p.set_defaults(func=_cmd_demo)
 

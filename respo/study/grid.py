@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from respo.runtime.precision import device_problem
-from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, run_name
+from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, objective_fields, run_name
 from respo.train.checkpoint import latest_checkpoint
 from respo.train.config import ConfigError, rule
 from respo.train.rundir import RESUMABLE
@@ -55,14 +55,7 @@ def _grid(**dims: Iterable[Any]) -> list[dict]:
 
 def _objectives(names: Iterable[str]) -> list[dict]:
     """Objective coordinates: plain names, or ablation labels mapped to ``reshaped`` + kernels."""
-    out = []
-    for n in names:
-        if n in ABLATION_KERNELS:
-            pos, neg = ABLATION_KERNELS[n]
-            out.append({"objective": "reshaped", "objective_kwargs": {"pos_kernel": pos, "neg_kernel": neg}})
-        else:
-            out.append({"objective": n})
-    return out
+    return [objective_fields(n) for n in names]
 
 
 def _expand(rows: list[dict]) -> list[dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from respo.core.objectives import hyperparameters
 
-__all__ = ["kernel_spec", "RESPO_POS", "RESPO_NEG", "VESPO_POS", "VESPO_NEG", "ABLATION_KERNELS", "LONG_KERNELS",
+__all__ = ["kernel_spec", "RESPO_POS", "RESPO_NEG", "VESPO_POS", "VESPO_NEG", "ABLATION_KERNELS", "LONG_KERNELS", "objective_fields", "label_slug",
            "objective_label", "run_name", "norm_spec"]
 
 
@@ -62,10 +62,24 @@ def objective_label(objective: str, objective_kwargs: dict | None = None) -> str
     return objective if not kw else objective + "(" + ",".join(f"{k}={v}" for k, v in sorted(kw.items())) + ")"
 
 
+def objective_fields(label: str, kernels: dict | None = None) -> dict:
+    """The config fields of an objective label: a plain name as itself, a label of ``kernels`` (default
+    `ABLATION_KERNELS`) as ``reshaped`` with that pair of kernels."""
+    kernels = ABLATION_KERNELS if kernels is None else kernels
+    if label in kernels:
+        pos, neg = kernels[label]
+        return {"objective": "reshaped", "objective_kwargs": {"pos_kernel": pos, "neg_kernel": neg}}
+    return {"objective": label}
+
+
+def label_slug(label: str) -> str:
+    """An objective label as a file name: ``respo+/vespo-`` -> ``respopos.vesponeg``."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", label.replace("+/", "pos.").replace("-", "neg").rstrip("/"))
+
+
 def run_name(ov: dict) -> str:
     """Directory name from the grid coordinates, e.g. ``tiny-dense_grpo_N8_G8_lr3e-05_s0``."""
-    label = objective_label(ov.get("objective", "respo"), ov.get("objective_kwargs"))
-    label = re.sub(r"[^A-Za-z0-9.]+", "-", label.replace("+/", "pos.").replace("-", "neg").rstrip("/"))
+    label = label_slug(objective_label(ov.get("objective", "respo"), ov.get("objective_kwargs")))
     parts = [Path(str(ov.get("model", "tiny-dense"))).name, label, f"N{ov.get('reuse', 1)}", f"G{ov.get('group_size', 8)}",
              f"lr{ov.get('lr', 0):g}", f"s{ov.get('seed', 0)}"]
     if ov.get("routing_replay"):

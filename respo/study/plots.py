@@ -23,7 +23,7 @@ from respo.study.aggregate import Run, metric_series  # noqa: E402
 from respo.train.scores import early_count, late_count  # noqa: E402
 
 __all__ = ["kernel_coefficients", "plot_kernels", "plot_curves", "plot_metric_curves", "plot_heatmaps",
-           "logw_samples_from_quantiles", "plot_logw_hist", "plot_run_curve", "plot_runs_overlay", "COLORS"]
+           "logw_samples_from_quantiles", "plot_logw_hist", "plot_run_curve", "plot_runs_overlay", "plot_side_by_side", "COLORS"]
 
 COLORS = {"grpo": "tab:blue", "gspo": "tab:green", "vespo": "tab:orange", "respo": "tab:red",
           "respo+/vespo-": "tab:purple", "vespo+/respo-": "tab:brown", "reinforce": "tab:gray"}
@@ -281,3 +281,29 @@ def plot_runs_overlay(runs: Sequence[Run], path: str | Path, *, smooth: int = RU
     if ax.lines:
         ax.legend(fontsize=7)
     return _save(fig, path, title, dpi=100)
+
+
+def plot_side_by_side(rows: Sequence[dict], path: str | Path, *, k: int, starved_key: str) -> Path:
+    """A few runs of one setting with different objectives (``respo demo``), one row each: ``objective``,
+    ``records`` (the run's update records), ``delta`` and ``delta_se`` (held-out change after − before and
+    its standard error). Three panels: the training score (moving mean of 8), ``starved_key`` per stale
+    update, and each run's held-out change with its 95 % interval."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for i, row in enumerate(rows):
+        color = _color(row["objective"], i)
+        recs = row["records"]
+        axes[0].plot([r["update"] for r in recs], _smooth(np.array([r.get("score", math.nan) for r in recs], dtype=float), 8),
+                     color=color, label=row["objective"])
+        stale = [r for r in recs if r.get("staleness_max", 0) > 0]
+        axes[1].plot([r["update"] for r in stale], [r.get(starved_key, math.nan) for r in stale], ".", ms=3, color=color,
+                     label=row["objective"])
+        axes[2].errorbar([i], [row["delta"]], yerr=[1.96 * row["delta_se"]], fmt="o", color=color, capsize=4)
+    axes[0].set(xlabel="update", ylabel="training score (running mean of 8)")
+    axes[1].set(xlabel="update (stale mini-batches)", ylabel="positives with log W < −1", ylim=(-0.02, 1.02))
+    axes[2].axhline(0, color="0.5", lw=0.6)
+    axes[2].set_xticks(range(len(rows)), [r["objective"] for r in rows], fontsize=8)
+    axes[2].set(ylabel=f"held-out mean@{k}: after − before (95 % CI)")
+    for ax in axes[:2]:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path, "", dpi=100)
