@@ -657,9 +657,11 @@ class RejectionTerm:
 
 @dataclass(frozen=True)
 class _Entry:
-    """One objective: the factory of its term, its default aggregation, and what its term needs."""
+    """One objective: the factory of its term, where its formula and defaults come from, its default
+    aggregation, and what its term needs."""
 
     factory: Callable[..., TermFn]  # hyperparameters (with their published defaults) -> term; checks them
+    source: str = ""  # the publication and the framework setting its formula and defaults are taken from
     default_agg: str = TOKEN_MEAN
     per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
     inputs: Tuple[str, ...] = ()  # extra (B, T) tensors the term reads from ``inputs.extra``
@@ -667,27 +669,31 @@ class _Entry:
 
 
 _TABLE: Dict[str, _Entry] = {
-    "respo": _Entry(_respo),
-    "vespo": _Entry(_vespo),
-    "reshaped": _Entry(_reshaped),
-    "grpo": _Entry(_grpo),
-    "gspo": _Entry(_gspo, default_agg=SEQ_MEAN),
-    "cispo": _Entry(_cispo),
-    "sapo": _Entry(_sapo, default_agg=SEQ_MEAN),
-    "gmpo": _Entry(_gmpo, default_agg=SEQ_MEAN, per_sequence=True),
-    "topr": _Entry(_topr),
-    "reinforce": _Entry(_reinforce),
-    "tis": _Entry(_tis),
-    "mis": _Entry(_mis),
-    "icepop": _Entry(_icepop),
-    "m2po": _Entry(_m2po),
-    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp", "staleness")),
-    "opsm": _Entry(_opsm),
-    "dppo_tv": _Entry(_dppo_tv),
-    "dppo_kl": _Entry(_dppo_kl),
-    "luspo": _Entry(_luspo, default_agg=SEQ_MEAN_TOKEN_SUM),
-    "klrs": _Entry(_klrs, optional_inputs=_EXTRA_INPUTS),
-}
+    "respo": _Entry(_respo, "ReSPO, Chen, Ban, Hsieh (2026), arXiv 2609.35433: the published branches (2, .5, 2) / (1, .5, 2)"),
+    "vespo": _Entry(_vespo, "VESPO, arXiv 2602.10693; TRL 1.16 loss_type='vespo': (k, λ) = (2, 3) / (3, 2)"),
+    "reshaped": _Entry(_reshaped, "respo: any kernel per advantage sign; defaults ReSPO's branches"),
+    "grpo": _Entry(_grpo, "Shao et al. (2024); verl 0.9.1 loss_mode='vanilla', ActorConfig ε = 0.2, clip_ratio_c = 3"),
+    "gspo": _Entry(_gspo, "GSPO, arXiv 2507.18071 (ε = 3e-4 / 4e-4, seq-mean-token-mean); verl 0.9.1 loss_mode='gspo'",
+                   default_agg=SEQ_MEAN),
+    "cispo": _Entry(_cispo, "MiniMax-M1, arXiv 2506.13585; verl 0.9.1 loss_mode='cispo', ActorConfig ε = 0.2"),
+    "sapo": _Entry(_sapo, "SAPO, arXiv 2511.20347; verl 0.9.1 loss_mode='sapo': τ⁺ = 1.0, τ⁻ = 1.05", default_agg=SEQ_MEAN),
+    "gmpo": _Entry(_gmpo, "GMPO, arXiv 2507.20673; verl 0.9.1 loss_mode='geo_mean', log-space clip 0.4", default_agg=SEQ_MEAN,
+                   per_sequence=True),
+    "topr": _Entry(_topr, "TOPR, Le Roux et al. (2025), arXiv 2503.14286 (no hyperparameters)"),
+    "reinforce": _Entry(_reinforce, "REINFORCE with the given advantages, the on-policy floor (no hyperparameters)"),
+    "tis": _Entry(_tis, "TIS, Yao et al. (2025); verl 0.9.1 rollout_correction, its bypass_pg_is preset (sequence, C = 2)"),
+    "mis": _Entry(_mis, "MIS, Liu, Li et al. (2025); TRL 1.16 vllm_importance_sampling_mode='sequence_mask', clip_max 3"),
+    "icepop": _Entry(_icepop, "IcePop, Ring-1T, arXiv 2510.18855; verl 0.9.1 bypass_pg_token_icepop preset, [0.5, 5]"),
+    "m2po": _Entry(_m2po, "M2PO, Zheng et al. (2025), arXiv 2510.01161; AReaL actor.m2_threshold = 0.04"),
+    "decoupled": _Entry(_decoupled, "Hilton et al. (2022), arXiv 2110.00641; AReaL use_decoupled_loss, behav_imp_weight_cap 5",
+                        optional_inputs=("prox_logp", "staleness")),
+    "opsm": _Entry(_opsm, "OPSM, DeepSeek-V3.2, arXiv 2512.02556 eq. 9; TRL 1.16 off_policy_mask_threshold (its example 0.5)"),
+    "dppo_tv": _Entry(_dppo_tv, "DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_tv', its DPPO recipe (δ = 0.15, C = 1e4)"),
+    "dppo_kl": _Entry(_dppo_kl, "DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_kl', its DPPO recipe (δ = 0.05, C = 1e4)"),
+    "luspo": _Entry(_luspo, "LUSPO, arXiv 2602.05261; TRL 1.16 loss_type='luspo', ε = 0.2", default_agg=SEQ_MEAN_TOKEN_SUM),
+    "klrs": _Entry(_klrs, "Liu et al. (2025); verl 0.9.1 rollout_correction.rollout_rs, its seq_mean_k3 preset (0.01) on "
+                          "bypass REINFORCE", optional_inputs=_EXTRA_INPUTS),
+}  # fmt: skip
 
 
 #: The factories whose term is a ``SequenceWeightTerm`` (two kernels, REINFORCE-shaped).
@@ -726,6 +732,16 @@ def _defaults(entry: _Entry) -> Dict[str, object]:
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
     return _defaults(_entry(name))
+
+
+def objective_source(name: str) -> str:
+    """Where objective ``name``'s formula and defaults come from: the publication and the framework setting."""
+    return _entry(name).source
+
+
+def default_agg_mode(name: str) -> str:
+    """The aggregation objective ``name`` uses unless a call names another."""
+    return _entry(name).default_agg
 
 
 # --------------------------------------------------------------------------------------------------
@@ -960,8 +976,8 @@ def get_objective(name: str) -> LossFn:
 
 __all__ = [
     "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "SequenceWeightTerm", "Term", "UnknownHyperparameterError",
-    "UnknownObjectiveError", "build_objective", "cispo_loss", "decoupled_loss", "get_objective", "gmpo_loss",
-    "grpo_loss", "gspo_loss", "hyperparameters", "icepop_loss", "kernel_from_spec", "m2po_loss", "mis_loss",
-    "opsm_loss", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss", "sapo_loss", "sequence_kernels",
-    "tis_loss", "topr_loss", "vespo_loss",
+    "UnknownObjectiveError", "build_objective", "cispo_loss", "decoupled_loss", "default_agg_mode", "get_objective",
+    "gmpo_loss", "grpo_loss", "gspo_loss", "hyperparameters", "icepop_loss", "kernel_from_spec", "m2po_loss",
+    "mis_loss", "objective_source", "opsm_loss", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss",
+    "sapo_loss", "sequence_kernels", "tis_loss", "topr_loss", "vespo_loss",
 ]  # fmt: skip
