@@ -20,6 +20,8 @@ What each is checked against:
 """
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,6 +69,15 @@ def test_defaults_are_the_sources_and_each_names_its_source():
                         ("outlier_mask", "SkyRL 0.3.0"), ("two_sided", "TRL 1.16")]:  # fmt: skip
         assert where in objective_source(name), name
     assert all(objective_source(n).strip() for n in respo.OBJECTIVES)  # every objective names its source
+
+
+def test_method_md_has_one_catalogue_row_per_objective():
+    # docs/method.md's core API table lists every objective once: | `name` | formula | defaults |
+    text = (Path(__file__).parents[2] / "docs" / "method.md").read_text()
+    table = text[text.index("## The core API"):]
+    table = table[: table.index("\n\n", table.index("| name |"))]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \|", table, flags=re.M)
+    assert sorted(rows) == sorted(respo.OBJECTIVES) and len(rows) == len(set(rows))
 
 
 # --------------------------------------------------------------------------------------------------
