@@ -1,4 +1,4 @@
-"""``respo`` command line: ``train``, ``eval``, ``sft``, ``demo``.
+"""``respo`` command line: ``train``, ``eval``, ``sft``, ``demo``, ``hyperparameters``.
 
 Built on the standard library's argparse: the flags of ``respo train`` are generated from the
 fields of `respo.train.config.TrainConfig` (one ``--field-name VALUE`` per field, parsed by the same
@@ -353,6 +353,21 @@ def _cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_hyperparameters(args: argparse.Namespace) -> int:
+    """Each objective (all, or those named) with its default aggregation, hyperparameters and source."""
+    from respo.core.objectives import OBJECTIVES, default_agg_mode, hyperparameters, objective_source
+
+    names = args.objectives or list(OBJECTIVES)
+    unknown = [n for n in names if n not in OBJECTIVES]
+    if unknown:
+        raise RespoError(f"unknown objective(s) {', '.join(unknown)}; valid objectives: {', '.join(sorted(OBJECTIVES))}")
+    for name in names:
+        params = ", ".join(f"{k}={v!r}" for k, v in hyperparameters(name).items()) or "none"
+        print(f"{name}\n  aggregation: {default_agg_mode(name)}\n  hyperparameters: {params}\n"
+              f"  source: {objective_source(name)}")  # fmt: skip
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from respo.train.config import coerce
     from respo.demo import run_demo
@@ -414,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "mid-range pass rate (cached, one directory per settings hash).")
     _add_sft_flags(p)
     p.set_defaults(func=_cmd_sft)
+
+    p = sub.add_parser("hyperparameters", help="every objective's hyperparameters, defaults and source",
+                       description="Each objective with its default aggregation, its hyperparameters with their "
+                                   "published defaults, and the publication and framework setting they come from.")
+    p.add_argument("objectives", nargs="*", help="objectives to list (default: all)")
+    p.set_defaults(func=_cmd_hyperparameters)
 
     p = sub.add_parser("demo", help="three objectives side by side at high staleness: before/after eval, "
                                     "the starvation diagnostic, one report and figure")

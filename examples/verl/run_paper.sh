@@ -22,7 +22,8 @@
 #       TIS, MIS, IcePop and decoupled PPO are verl's own algorithm.rollout_correction settings (pass them
 #       after `--`; docs/method.md gives the mapping)
 #       grpo  -> verl's "vanilla" (token PPO clip 0.2, dual clip c = 3)
-#       gspo  -> verl's "gspo" (sequence clip 3e-4 / 4e-4, seq-mean-token-mean)
+#       gspo  -> verl's "gspo" (sequence clip 3e-4 / 4e-4, seq-mean-token-mean, pinned: verl 0.9.1's gspo
+#                follows loss_agg_mode, and another one after `--` is refused)
 #       cispo -> verl's "cispo";  sapo -> verl's "sapo";  gmpo -> verl's "geo_mean" (clip 0.4)
 #   --rollout-is turns on verl's training/inference-mismatch correction (rollout_is_weights =
 #       pi_old/pi_vllm, truncated at 2); respo's objectives fold it into log W in log space.
@@ -68,7 +69,7 @@ while [[ $# -gt 0 ]]; do
     --name) NAME="$2"; shift 2 ;;
     --print-overrides) PRINT=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n "2,29p" "$0"; exit 0 ;;
+    -h|--help) sed -n "2,31p" "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,6 +103,17 @@ case "$OBJECTIVE" in
   gmpo) LOSS_MODE=geo_mean; CLIP_LOW=0.4; CLIP_HIGH=0.4 ;;
   *) echo "unknown --objective ${OBJECTIVE}" >&2; exit 2 ;;
 esac
+
+# verl 0.9.1's gspo follows actor.loss_agg_mode (0.8 and 0.9.0 forced seq-mean-token-mean, the aggregation of the
+# GSPO paper and of the ReSPO paper's GSPO baseline): the paper's GSPO keeps it, whatever is passed after `--`.
+if [[ "$OBJECTIVE" == gspo ]]; then
+  for arg in "$@"; do
+    if [[ "$arg" == *actor_rollout_ref.actor.loss_agg_mode=* && "${arg#*=}" != "$AGG" ]]; then
+      echo "--objective gspo runs the paper's GSPO with actor_rollout_ref.actor.loss_agg_mode=${AGG} (verl 0.9.1's gspo follows the setting), got ${arg}" >&2
+      exit 2
+    fi
+  done
+fi
 
 TRAIN_BATCH=$(( REUSE * MINI_BATCH ))      # prompts per rollout step: N mini-batches of 32
 STEPS=$(( UPDATES / REUSE ))               # rollout steps; each takes N optimizer steps

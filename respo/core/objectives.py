@@ -75,6 +75,18 @@ so ρ folds into the weight; docs/method.md gives sources, base objectives and t
 
 Newer sequence objective: ``luspo``, GSPO's clip with each sequence's loss times its length (TRL).
 
+The frameworks' other policy-loss rules (``respo.core.rules``; docs/method.md gives sources and defaults):
+
+    gpg           −Â·logp·ρ (verl ``gpg``)
+    dro           −(Â·logp − ½β(log r)²)·ρ (verl ``dro``)
+    clip_cov      PPO clip with the gradient of k random tokens of a covariance band detached (verl ``clip_cov``)
+    kl_cov        −Â·r·ρ plus κ·|log r|·ρ on the k tokens of largest covariance (verl ``kl_cov``)
+    prime_rl      −M·τ_A·Â·w + τ_KL·(log w)², M DPPO's binary-TV mask, w = π_θ/π_sampler (prime-rl's default)
+    geo_mask      any ``base`` objective on the rows whose geometric-mean ratio lies in [lo, hi] (SkyRL)
+    product_mask  the same with the product of the ratios (SkyRL)
+    outlier_mask  the same, dropping rows with a token ratio outside [lo, hi] (SkyRL)
+    two_sided     −min(min(r, δ)·Â, clip(r)·Â) (TRL's ``delta``, INTELLECT-2)
+
 References:
     ReSPO: Chen, Ban, Hsieh (2026), arXiv 2609.35433. VESPO: arXiv 2602.10693. GRPO: Shao et al.
     (2024). GSPO: arXiv 2507.18071. CISPO: MiniMax-M1, arXiv 2506.13585. SAPO: arXiv 2511.20347.
@@ -92,8 +104,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
-from respo.core import corrections
-from respo.core.checks import LossInputs, check_clip, check_inputs, check_positive, check_row_groups
+from respo.core import corrections, rules
+from respo.core.checks import LossInputs, check_clip, check_inputs, check_number, check_positive, check_row_groups
 from respo.core.diagnostics import stat_dtype, weight_diagnostics
 from respo.core.kernels import (RESPO_NEG, RESPO_PARAMS, RESPO_POS, VESPO_NEG, VESPO_PARAMS, VESPO_POS, Kernel,
                                 kernel_from_spec, kernel_params, respo_kernel, truncated_kernel, two_branch, unit_kernel,
@@ -594,14 +606,19 @@ def _klrs(estimator: str = "k3", agg: str = "mean", threshold: float = 0.01, low
         raise ValueError(f"klrs: lower is a ratio bound of k1, <= threshold; got lower={lower} with estimator={est!r}, "
                          f"threshold={threshold}")  # fmt: skip
     veto = None if veto is None else corrections.check_cap(veto, what=what, name="veto")
-    if base == "klrs" or not isinstance(base, str):
-        raise ValueError(f"klrs: base must be the name of another objective, got {base!r}")
-    if base_kwargs is not None and not isinstance(base_kwargs, Mapping):
-        raise ValueError(f"klrs: base_kwargs must be a mapping of {base!r}'s hyperparameters, got {base_kwargs!r}")
-    inner = _build(base, _entry(base), None, dict(base_kwargs or {}))
+    inner = _base_objective(what, base, base_kwargs)
     keep_fn = functools.partial(corrections.kl_reject_keep, estimator=est, agg=agg, threshold=threshold, lower=lower,
                                 veto=veto)  # fmt: skip
     return RejectionTerm(inner, keep_fn)
+
+
+def _base_objective(what: str, base, base_kwargs) -> "Objective":
+    """The base objective a rejection is composed with: another objective's name and its hyperparameters."""
+    if base == what or not isinstance(base, str):
+        raise ValueError(f"{what}: base must be the name of another objective, got {base!r}")
+    if base_kwargs is not None and not isinstance(base_kwargs, Mapping):
+        raise ValueError(f"{what}: base_kwargs must be a mapping of {base!r}'s hyperparameters, got {base_kwargs!r}")
+    return _build(base, _entry(base), None, dict(base_kwargs or {}))
 
 
 @dataclass(frozen=True)
@@ -651,15 +668,205 @@ class RejectionTerm:
 
 
 # --------------------------------------------------------------------------------------------------
+# The frameworks' other policy-loss rules (respo.core.rules)
+# --------------------------------------------------------------------------------------------------
+
+
+def _gpg() -> TermFn:
+    """GPG (verl ``gpg``; Chu et al. 2025, arXiv 2504.02546): ℓ = −Â·logp·ρ, REINFORCE with the rollout weight
+    multiplying the per-token loss as verl does (``reinforce`` ignores ρ). GPG's own advantage (verl's
+    ``adv_estimator=gpg``) is the caller's; the loss has no hyperparameters. Coefficient c = ρ (1 without ρ).
+    """
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        values = _weigh(-inputs.adv * inputs.logp, rho)  # (B, T)
+        coef = torch.ones_like(log_ratio.detach()) if rho is None else rho
+        return Term(values, coef)
+
+    return term
+
+
+def _dro(beta: float = 1.0) -> TermFn:
+    """DRO (verl ``dro``): ℓ = −(Â·logp − ½β·(log r)²)·ρ, REINFORCE with a quadratic log-ratio penalty.
+
+    ∇ℓ = −(Â − β·log r)·ρ·∇logp: c = ρ, the penalty's g = β·log r·ρ (metrics ``penalty/mean``,
+    ``penalty/grad_share``).
+    verl 0.9.1 ships no default (``policy_loss.dro_beta: null``, required > 0); β = 1 is respo's, the unit
+    penalty, to be set by the run. Default aggregation ``token-mean``.
+    """
+    beta = check_positive("beta", beta, what="dro")
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        values = _weigh(-(inputs.adv * inputs.logp - 0.5 * beta * log_ratio.square()), rho)  # (B, T)
+        with torch.no_grad():
+            lr = log_ratio.detach()
+            coef = torch.ones_like(lr) if rho is None else rho
+            metrics = rules.penalty_metrics(coef * 0.5 * beta * lr.square(), coef, inputs.adv, coef * beta * lr,
+                                            inputs.mask)  # fmt: skip
+        return Term(values, coef, metrics)
+
+    return term
+
+
+def _check_fraction(name: str, value, *, what: str) -> float:
+    x = check_positive(name, value, what=what)
+    if x > 1:
+        raise ValueError(f"{what}: {name} is a fraction of the tokens, in (0, 1], got {x}")
+    return x
+
+
+def _kl_cov(kl_cov_ratio: float = 2e-4, ppo_kl_coef: float = 0.1) -> TermFn:
+    """KL-Cov (verl ``kl_cov``; Cui et al. 2025, arXiv 2505.22617): ℓ = (−Â·r + κ·|log r|·S)·ρ, no clip.
+
+    S marks the k = max(⌊ratio·N⌋, 1) valid tokens of largest covariance (Â_it − Ā)(logp_it − l̄) over the batch
+    (``rules.kl_cov_select``; within each of ``row_groups``, so not micro-batch invariant). c = r·ρ; the
+    penalty's g = κ·sgn(log r)·S·ρ. Defaults are verl's ``PolicyLossConfig`` (``kl_cov_ratio`` 2e-4,
+    ``ppo_kl_coef`` 0.1). Metrics ``penalty/token_frac`` (the share of tokens penalised), ``penalty/mean``,
+    ``penalty/grad_share``.
+    """
+    ratio = _check_fraction("kl_cov_ratio", kl_cov_ratio, what="kl_cov")
+    kappa = check_positive("ppo_kl_coef", ppo_kl_coef, what="kl_cov", allow_zero=True)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        adv = inputs.adv
+        with torch.no_grad():
+            sel = rules.kl_cov_select(inputs.logp, adv, inputs.mask, ratio=ratio, groups=inputs.row_groups)
+            s = sel.to(log_ratio.dtype)
+        values = _weigh(-adv * torch.exp(log_ratio) + kappa * log_ratio.abs() * s, rho)  # (B, T)
+        with torch.no_grad():
+            lr = log_ratio.detach()
+            coef = _weigh(torch.exp(lr), rho)
+            grad = _weigh(kappa * torch.sign(lr) * s, rho)
+            metrics = rules.penalty_metrics(_weigh(kappa * lr.abs() * s, rho), coef, adv, grad, inputs.mask)
+            metrics["penalty/token_frac"] = _masked_frac(sel, inputs.mask)
+        return Term(values, coef, metrics)
+
+    return term
+
+
+@_hyperparameters_of(rules.clip_cov)
+def _clip_cov(*, clip_ratio_low: float, clip_ratio_high: float, clip_cov_ratio: float, clip_cov_lb: float,
+              clip_cov_ub: float) -> TermFn:  # fmt: skip
+    """Clip-Cov (verl ``clip_cov``; Cui et al. 2025, arXiv 2505.22617): ℓ = max(−r·Â, −clip(r)·Â)·K·ρ.
+
+    K = 0 on k = max(⌊ratio·N⌋, 1) tokens drawn at random (torch's global generator, as verl: seed it) among the
+    valid tokens the clip leaves active whose covariance (Â_it − Ā)(logp_it − l̄) lies strictly inside
+    (lb, ub) (``rules.clip_cov_keep``; within each of ``row_groups``). Defaults are verl's ``PolicyLossConfig``
+    (``clip_cov_ratio`` 2e-4, ``clip_cov_lb`` 1, ``clip_cov_ub`` 5) and ``ActorConfig`` (ε = 0.2, no dual clip).
+    Metrics: ``clipfrac`` the share of tokens detached (verl's), the correction diagnostics of that set.
+    """
+    what = "clip_cov"
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what=what)
+    ratio = _check_fraction("clip_cov_ratio", clip_cov_ratio, what=what)
+    lb, ub = check_number("clip_cov_lb", clip_cov_lb, what=what), check_number("clip_cov_ub", clip_cov_ub, what=what)
+    if not lb < ub:
+        raise ValueError(f"{what}: need clip_cov_lb < clip_cov_ub, got {lb} and {ub}")
+    return _correction_term(what, lambda i: rules.clip_cov(
+        i.logp, i.old_logp, i.adv, i.mask, clip_ratio_low=low, clip_ratio_high=high, clip_cov_ratio=ratio,
+        clip_cov_lb=lb, clip_cov_ub=ub, log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
+
+
+@_hyperparameters_of(rules.prime_rl)
+def _prime_rl(*, delta_low: float, delta_high: float, adv_tau: float, kl_tau: float) -> TermFn:
+    """prime-rl's default loss (prime-rl 0.8.0, ``trainer/rl/loss.py`` ``default_loss_fn``): DPPO-Binary-TV
+    (arXiv 2602.04879) with Kimi K2.5's squared log ratio (arXiv 2602.02276),
+
+        ℓ = −M·τ_A·Â·w + τ_KL·(log w)²,   w = π_θ/π_sampler = r·ρ (gradient through w)
+
+    M drops a token whose probability moved past δ along Â's push, against the sampler's probability π_old/ρ
+    (``rules.prime_rl``); the squared log ratio acts on every valid token. Defaults are prime-rl's
+    ``DefaultLossConfig`` (``dppo_mask_low/high`` 0.2, ``adv_tau`` 1, ``kl_tau`` 1e-3); default aggregation
+    ``token-mean`` (prime-rl divides the summed loss by the batch's loss tokens).
+    """
+    what = "prime_rl"
+    lo = corrections.check_positive("delta_low", delta_low, what=what, allow_zero=True)
+    hi = corrections.check_positive("delta_high", delta_high, what=what, allow_zero=True)
+    a_tau = corrections.check_positive("adv_tau", adv_tau, what=what, allow_zero=True)
+    k_tau = corrections.check_positive("kl_tau", kl_tau, what=what, allow_zero=True)
+    return _correction_term(what, lambda i: rules.prime_rl(
+        i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, adv_tau=a_tau, kl_tau=k_tau,
+        log_rho=i.rollout_log_ratio))  # fmt: skip
+
+
+def _geo_mask(lo: float = 0.99, hi: float = 1.01, base: str = "grpo",
+              base_kwargs: Optional[Mapping[str, object]] = None) -> TermFn:  # fmt: skip
+    """SkyRL's geometric-mean sequence mask (``off_policy_correction.sequence_mask_metric="geometric"``) on any
+    objective ``base``: a row whose W̄_i = exp(mean_t log w_it) lies outside [lo, hi] leaves the base objective
+    (log w = logp − old_logp + log ρ, the ratio against the sampler; ``rules.sequence_ratio_keep``).
+
+    Defaults are SkyRL 0.3.0's ``geo_mask_low/high`` (0.99, 1.01). ``base``/``base_kwargs`` as ``klrs``; the default
+    ``grpo`` (ε = 0.2, dual clip c = 3) is SkyRL's ``policy_loss_type="dual_clip"`` at its defaults, and
+    ``base_kwargs={"clip_ratio_c": None}`` its default ``"regular"``. The rejected rows count at weight 0 in the
+    aggregation (SkyRL scales the advantages by the token count before masking). Metrics under ``rs/``, as ``klrs``.
+    """
+    return _sequence_mask("geo_mask", "geometric", lo, hi, base, base_kwargs)
+
+
+def _product_mask(lo: float = 0.5, hi: float = 2.0, base: str = "grpo",
+                  base_kwargs: Optional[Mapping[str, object]] = None) -> TermFn:  # fmt: skip
+    """SkyRL's product sequence mask (``sequence_mask_metric="product"``): as ``geo_mask`` with the sequence ratio
+    W_i = exp(clamp(Σ_t log w_it, ±20)). Defaults are SkyRL 0.3.0's ``product_mask_low/high`` (0.5, 2.0)."""
+    return _sequence_mask("product_mask", "product", lo, hi, base, base_kwargs)
+
+
+def _sequence_mask(what: str, metric: str, lo, hi, base, base_kwargs) -> TermFn:
+    lo, hi = corrections.check_band(lo, hi, what=what)
+    inner = _base_objective(what, base, base_kwargs)
+    return RejectionTerm(inner, functools.partial(rules.sequence_ratio_keep, metric=metric, lo=lo, hi=hi))
+
+
+def _outlier_mask(lo: Optional[float] = 1e-4, hi: Optional[float] = 100.0, base: str = "grpo",
+                  base_kwargs: Optional[Mapping[str, object]] = None) -> TermFn:  # fmt: skip
+    """SkyRL's outlier-token mask (``outlier_token_is_threshold_low/high``): a row with any valid token whose
+    w_it = exp(log w_it) is below ``lo`` or above ``hi`` leaves the base objective (``rules.outlier_token_keep``;
+    None turns a side off). SkyRL 0.3.0 ships both off; the defaults are the values its configuration suggests
+    (1e-4 and 100). ``base``/``base_kwargs`` and the metrics as ``geo_mask``.
+    """
+    what = "outlier_mask"
+    if lo is None and hi is None:
+        raise ValueError(f"{what}: lo and hi are both None; set at least one bound")
+    lo = None if lo is None else corrections.check_cap(lo, what=what, name="lo")
+    hi = None if hi is None else corrections.check_cap(hi, what=what, name="hi")
+    if lo is not None and hi is not None and not lo < hi:
+        raise ValueError(f"{what}: need lo < hi, got lo={lo}, hi={hi}")
+    inner = _base_objective(what, base, base_kwargs)
+    return RejectionTerm(inner, functools.partial(rules.outlier_token_keep, lo=lo, hi=hi))
+
+
+def _two_sided(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, delta: float = 4.0) -> TermFn:
+    """Two-sided GRPO clip (TRL ``GRPOConfig.delta``; INTELLECT-2, arXiv 2505.07291):
+
+        ℓ = −min(min(r, δ)·Â, clip(r, 1−ε_l, 1+ε_h)·Â)·ρ
+
+    δ bounds the ratio of a negative-advantage token from above (``rules.two_sided_clip``); with δ ≥ 1 + ε_h it
+    is PPO's dual clip at c = δ. Defaults: TRL's ``epsilon`` 0.2 and δ = 4, the INTELLECT-2 setting (section 4.1)
+    TRL's paper index gives; default aggregation ``token-mean`` (TRL's default ``loss_type="dapo"``). Metrics
+    ``clipfrac_high``, ``clipfrac_low`` and ``clipfrac_dual`` (Â < 0, r > δ).
+    """
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="two_sided")
+    delta = check_positive("delta", delta, what="two_sided")
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        loss, coef, cuts = rules.two_sided_clip(inputs.adv, torch.exp(log_ratio), low, high, delta)
+        with torch.no_grad():
+            metrics = _clip_fractions(inputs.mask, cuts["high"], cuts["low"], cuts["delta"])
+        return Term(_weigh(loss, rho), _weigh(coef, rho), metrics)
+
+    return term
+
+
+# --------------------------------------------------------------------------------------------------
 # The table: one entry per objective
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Entry:
-    """One objective: the factory of its term, its default aggregation, and what its term needs."""
+    """One objective: the factory of its term, where its formula and defaults come from, its default
+    aggregation, and what its term needs."""
 
     factory: Callable[..., TermFn]  # hyperparameters (with their published defaults) -> term; checks them
+    source: str = ""  # the publication and the framework setting its formula and defaults are taken from
     default_agg: str = TOKEN_MEAN
     per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
     inputs: Tuple[str, ...] = ()  # extra (B, T) tensors the term reads from ``inputs.extra``
@@ -667,27 +874,46 @@ class _Entry:
 
 
 _TABLE: Dict[str, _Entry] = {
-    "respo": _Entry(_respo),
-    "vespo": _Entry(_vespo),
-    "reshaped": _Entry(_reshaped),
-    "grpo": _Entry(_grpo),
-    "gspo": _Entry(_gspo, default_agg=SEQ_MEAN),
-    "cispo": _Entry(_cispo),
-    "sapo": _Entry(_sapo, default_agg=SEQ_MEAN),
-    "gmpo": _Entry(_gmpo, default_agg=SEQ_MEAN, per_sequence=True),
-    "topr": _Entry(_topr),
-    "reinforce": _Entry(_reinforce),
-    "tis": _Entry(_tis),
-    "mis": _Entry(_mis),
-    "icepop": _Entry(_icepop),
-    "m2po": _Entry(_m2po),
-    "decoupled": _Entry(_decoupled, optional_inputs=("prox_logp", "staleness")),
-    "opsm": _Entry(_opsm),
-    "dppo_tv": _Entry(_dppo_tv),
-    "dppo_kl": _Entry(_dppo_kl),
-    "luspo": _Entry(_luspo, default_agg=SEQ_MEAN_TOKEN_SUM),
-    "klrs": _Entry(_klrs, optional_inputs=_EXTRA_INPUTS),
-}
+    "respo": _Entry(_respo, "ReSPO, Chen, Ban, Hsieh (2026), arXiv 2609.35433: the published branches (2, .5, 2) / (1, .5, 2)"),
+    "vespo": _Entry(_vespo, "VESPO, arXiv 2602.10693; TRL 1.16 loss_type='vespo': (k, λ) = (2, 3) / (3, 2)"),
+    "reshaped": _Entry(_reshaped, "respo: any kernel per advantage sign; defaults ReSPO's branches"),
+    "grpo": _Entry(_grpo, "Shao et al. (2024); verl 0.9.1 loss_mode='vanilla', ActorConfig ε = 0.2, clip_ratio_c = 3"),
+    "gspo": _Entry(_gspo, "GSPO, arXiv 2507.18071 (ε = 3e-4 / 4e-4, seq-mean-token-mean); verl 0.9.1 loss_mode='gspo'",
+                   default_agg=SEQ_MEAN),
+    "cispo": _Entry(_cispo, "MiniMax-M1, arXiv 2506.13585; verl 0.9.1 loss_mode='cispo', ActorConfig ε = 0.2"),
+    "sapo": _Entry(_sapo, "SAPO, arXiv 2511.20347; verl 0.9.1 loss_mode='sapo': τ⁺ = 1.0, τ⁻ = 1.05", default_agg=SEQ_MEAN),
+    "gmpo": _Entry(_gmpo, "GMPO, arXiv 2507.20673; verl 0.9.1 loss_mode='geo_mean', log-space clip 0.4", default_agg=SEQ_MEAN,
+                   per_sequence=True),
+    "topr": _Entry(_topr, "TOPR, Le Roux et al. (2025), arXiv 2503.14286 (no hyperparameters)"),
+    "reinforce": _Entry(_reinforce, "REINFORCE with the given advantages, the on-policy floor (no hyperparameters)"),
+    "tis": _Entry(_tis, "TIS, Yao et al. (2025); verl 0.9.1 rollout_correction, its bypass_pg_is preset (sequence, C = 2)"),
+    "mis": _Entry(_mis, "MIS, Liu, Li et al. (2025); TRL 1.16 vllm_importance_sampling_mode='sequence_mask', clip_max 3"),
+    "icepop": _Entry(_icepop, "IcePop, Ring-1T, arXiv 2510.18855; verl 0.9.1 bypass_pg_token_icepop preset, [0.5, 5]"),
+    "m2po": _Entry(_m2po, "M2PO, Zheng et al. (2025), arXiv 2510.01161; AReaL actor.m2_threshold = 0.04"),
+    "decoupled": _Entry(_decoupled, "Hilton et al. (2022), arXiv 2110.00641; AReaL use_decoupled_loss, behav_imp_weight_cap 5",
+                        optional_inputs=("prox_logp", "staleness")),
+    "opsm": _Entry(_opsm, "OPSM, DeepSeek-V3.2, arXiv 2512.02556 eq. 9; TRL 1.16 off_policy_mask_threshold (its example 0.5)"),
+    "dppo_tv": _Entry(_dppo_tv, "DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_tv', its DPPO recipe (δ = 0.15, C = 1e4)"),
+    "dppo_kl": _Entry(_dppo_kl, "DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_kl', its DPPO recipe (δ = 0.05, C = 1e4)"),
+    "luspo": _Entry(_luspo, "LUSPO, arXiv 2602.05261; TRL 1.16 loss_type='luspo', ε = 0.2", default_agg=SEQ_MEAN_TOKEN_SUM),
+    "klrs": _Entry(_klrs, "Liu et al. (2025); verl 0.9.1 rollout_correction.rollout_rs, its seq_mean_k3 preset (0.01) on "
+                          "bypass REINFORCE", optional_inputs=_EXTRA_INPUTS),
+    "gpg": _Entry(_gpg, "GPG, Chu et al. (2025), arXiv 2504.02546; verl 0.9.1 loss_mode='gpg' (no hyperparameters)"),
+    "dro": _Entry(_dro, "verl 0.9.1 loss_mode='dro' (policy_loss.dro_beta has no default, required > 0: β = 1 is respo's)"),
+    "clip_cov": _Entry(_clip_cov, "Clip-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='clip_cov', "
+                                  "PolicyLossConfig clip_cov_ratio 2e-4, lb 1, ub 5, ActorConfig ε = 0.2"),
+    "kl_cov": _Entry(_kl_cov, "KL-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='kl_cov', "
+                              "PolicyLossConfig kl_cov_ratio 2e-4, ppo_kl_coef 0.1"),
+    "prime_rl": _Entry(_prime_rl, "prime-rl 0.8.0 default loss (DefaultLossConfig: dppo_mask 0.2, adv_tau 1, kl_tau 1e-3): "
+                                  "DPPO-Binary-TV, arXiv 2602.04879, + Kimi K2.5's (log r)², arXiv 2602.02276"),
+    "geo_mask": _Entry(_geo_mask, "SkyRL 0.3.0 off_policy_correction sequence_mask_metric='geometric', geo_mask_low/high "
+                                  "0.99 / 1.01", optional_inputs=_EXTRA_INPUTS),
+    "product_mask": _Entry(_product_mask, "SkyRL 0.3.0 off_policy_correction sequence_mask_metric='product', "
+                                          "product_mask_low/high 0.5 / 2", optional_inputs=_EXTRA_INPUTS),
+    "outlier_mask": _Entry(_outlier_mask, "SkyRL 0.3.0 off_policy_correction outlier_token_is_threshold_low/high (off by "
+                                          "default; its suggested 1e-4 / 100)", optional_inputs=_EXTRA_INPUTS),
+    "two_sided": _Entry(_two_sided, "INTELLECT-2, arXiv 2505.07291 (δ = 4, ε = 0.2); TRL 1.16 GRPOConfig delta"),
+}  # fmt: skip
 
 
 #: The factories whose term is a ``SequenceWeightTerm`` (two kernels, REINFORCE-shaped).
@@ -726,6 +952,16 @@ def _defaults(entry: _Entry) -> Dict[str, object]:
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
     return _defaults(_entry(name))
+
+
+def objective_source(name: str) -> str:
+    """Where objective ``name``'s formula and defaults come from: the publication and the framework setting."""
+    return _entry(name).source
+
+
+def default_agg_mode(name: str) -> str:
+    """The aggregation objective ``name`` uses unless a call names another."""
+    return _entry(name).default_agg
 
 
 # --------------------------------------------------------------------------------------------------
@@ -960,8 +1196,8 @@ def get_objective(name: str) -> LossFn:
 
 __all__ = [
     "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "SequenceWeightTerm", "Term", "UnknownHyperparameterError",
-    "UnknownObjectiveError", "build_objective", "cispo_loss", "decoupled_loss", "get_objective", "gmpo_loss",
-    "grpo_loss", "gspo_loss", "hyperparameters", "icepop_loss", "kernel_from_spec", "m2po_loss", "mis_loss",
-    "opsm_loss", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss", "sapo_loss", "sequence_kernels",
-    "tis_loss", "topr_loss", "vespo_loss",
+    "UnknownObjectiveError", "build_objective", "cispo_loss", "decoupled_loss", "default_agg_mode", "get_objective",
+    "gmpo_loss", "grpo_loss", "gspo_loss", "hyperparameters", "icepop_loss", "kernel_from_spec", "m2po_loss",
+    "mis_loss", "objective_source", "opsm_loss", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss",
+    "sapo_loss", "sequence_kernels", "tis_loss", "topr_loss", "vespo_loss",
 ]  # fmt: skip

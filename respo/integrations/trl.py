@@ -24,7 +24,9 @@ is the current one and ``prox_logp`` is left to the core's default; AReaL's ``pr
 needs token versions TRL does not record and is refused), ``"dppo_tv"``/``"dppo_kl"`` (DPPO), ``"klrs"``
 (KL-estimator rejection on any base objective, ``respo_hparams={"base": ..., "base_kwargs": ...}``), and
 ``"tis"``/``"mis"`` with ``{"batch_normalize": true}`` (normalised within each micro-batch: the objective
-is called once per micro-batch). TRL has TIS and MIS itself (``vllm_importance_sampling_mode``, on
+is called once per micro-batch), and the other frameworks' rules (``"gpg"``, ``"dro"``, ``"clip_cov"``,
+``"kl_cov"``, ``"prime_rl"``, SkyRL's ``"geo_mask"``/``"product_mask"``/``"outlier_mask"``, ``"two_sided"``, which
+reproduces TRL's own ``delta``). TRL has TIS and MIS itself (``vllm_importance_sampling_mode``, on
 π_old/π_vLLM), OPSM (``off_policy_mask_threshold``, which respo's ``opsm`` reproduces) and LUSPO
 (``loss_type="luspo"``, which respo's ``respo_luspo`` reproduces: tests/integrations/test_integration_trl.py);
 docs/method.md maps them.

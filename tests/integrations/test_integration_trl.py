@@ -330,6 +330,32 @@ def test_respo_luspo_equals_trls_own_luspo(fp64_trainer, tokenizer):
     assert abs(gspo.item() - ours.item()) > 1e-6  # the length scaling matters on these inputs
 
 
+@pytest.mark.parametrize("delta", [1.5, 1.1])  # above 1 + ε (a dual clip at δ) and below it
+def test_two_sided_equals_trls_own_delta_clipping(fp64_trainer, tokenizer, delta):
+    # TRL 1.16's own two-sided clip: loss_type="dapo" (ε = 0.2, its token-mean over the accumulation window) with
+    # GRPOConfig.delta = δ, run by TRL's _compute_loss. respo's "two_sided" on the same inputs, value and gradient.
+    trainer = fp64_trainer
+    inputs = _with_stale_old_logp(trainer, fixed_inputs(tokenizer), seed=9)
+    saved = trainer.args.delta
+    try:
+        trainer.args.delta = delta
+        trainer.model.zero_grad()
+        trl = _as(trainer, "dapo", None, {}, inputs, epsilon_low=0.2, epsilon_high=0.2)
+        trl.backward()
+        trl_grad = trainer.model.lm_head.weight.grad.clone()
+        trainer.args.delta = None
+        plain = _as(trainer, "dapo", None, {}, inputs, epsilon_low=0.2, epsilon_high=0.2)
+    finally:
+        trainer.args.delta = saved
+    trainer.model.zero_grad()
+    ours = _as(trainer, "two_sided", "two_sided", {"delta": delta}, inputs)
+    ours.backward()
+    assert objective_for("two_sided") == "two_sided"
+    assert abs(ours.item() - trl.item()) < 1e-6 * max(1.0, abs(trl.item())), (ours.item(), trl.item())
+    assert torch.allclose(trainer.model.lm_head.weight.grad, trl_grad, rtol=1e-5, atol=1e-7)  # TRL's float32 log-probs
+    assert abs(plain.item() - trl.item()) > 1e-6  # δ acts on these inputs
+
+
 @pytest.mark.parametrize("objective, hparams, key", [
     ("dppo_tv", {"delta_low": 0.02, "delta_high": 0.02}, "corr/masked_tokens"),
     ("dppo_kl", {"delta_low": 0.01, "delta_high": 0.01}, "corr/masked_tokens"),

@@ -515,6 +515,40 @@ def test_recipe_composes_and_validates_with_verl(objective, reuse, loss_mode):
         assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == (3e-4, 4e-4, "seq-mean-token-mean")
 
 
+def test_recipe_runs_verls_gspo_with_the_papers_aggregation():
+    # verl 0.9.1's gspo aggregates by actor.loss_agg_mode (0.8 and 0.9.0 forced seq-mean-token-mean, which the GSPO
+    # paper and the ReSPO paper's GSPO baseline use). The recipe's gspo overrides, composed with verl's own config
+    # into verl's ActorConfig, run verl's registered gspo loss as the core's gspo at its default aggregation.
+    with initialize_config_dir(config_dir=_verl_config_dir(), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=recipe_overrides("--objective", "gspo", "--reuse", "8"))
+    OmegaConf.resolve(cfg)
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert actor.policy_loss.loss_mode == "gspo" and actor.loss_agg_mode == respo.build_objective("gspo").loss_agg_mode
+    logp, _, adv, adv_seq, mask = batch(seed=3)
+    g = torch.Generator().manual_seed(4)
+    old = logp.detach() + 2e-3 * torch.randn(logp.shape, generator=g, dtype=torch.float64)  # inside and outside 3e-4/4e-4
+    fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+    loss, _ = fn(old, logp, adv, mask, loss_agg_mode=actor.loss_agg_mode, config=actor)
+    core, metrics = respo.policy_loss("gspo", logp, old, adv_seq, mask.to(torch.float64))
+    assert 0 < metrics["clipfrac"].item() < 1
+    assert torch.allclose(loss, core, rtol=1e-6, atol=1e-9)
+    assert torch.allclose(grad_of(loss, logp), grad_of(core, logp), rtol=1e-6, atol=1e-9)
+    token_mean, _ = fn(old, logp, adv, mask, loss_agg_mode="token-mean", config=actor)
+    assert not torch.allclose(token_mean, loss, rtol=1e-3)  # on verl 0.9.1 the aggregation changes GSPO's loss
+
+
+def test_recipe_refuses_another_aggregation_for_gspo():
+    args = ["bash", str(RECIPE), "--model", "m", "--data", "d", "--print-overrides", "--objective"]
+    bad = subprocess.run([*args, "gspo", "--", "actor_rollout_ref.actor.loss_agg_mode=token-mean"], capture_output=True,
+                         text=True)  # fmt: skip
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().count("\n") == 0 and "loss_agg_mode=seq-mean-token-mean" in bad.stderr
+    same = recipe_overrides("--objective", "gspo", "--", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean")
+    assert same[-1] == "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"
+    other = recipe_overrides("--objective", "grpo", "--", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean")
+    assert other[-1] == "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"  # only gspo is pinned
+
+
 def test_entry_point_composes_verls_config():
     # The real entry point, through Hydra with verl's config dir; --cfg job prints and exits.
     out = subprocess.run(

@@ -74,8 +74,10 @@ aggregated by verl's ``agg_loss`` in ``seq-mean-token-sum`` (set ``actor.loss_ag
 another mode is refused, as it would not be LUSPO).
 
 The other staleness corrections verl ships itself (``algorithm.rollout_correction``: TIS, MIS/rejection,
-IcePop, decoupled mode, the KL-estimator rejection ``rollout_rs`` and ``rollout_is_batch_normalize``) and
-DPPO (``loss_mode=dppo_tv|dppo_kl``); docs/method.md maps respo's names onto verl's settings.
+IcePop, decoupled mode, the KL-estimator rejection ``rollout_rs`` and ``rollout_is_batch_normalize``),
+DPPO (``loss_mode=dppo_tv|dppo_kl``) and its other loss modes (``gpg``, ``dro``, ``clip_cov``, ``kl_cov``,
+``bypass_mode``), which respo's ``gpg``, ``dro``, ``clip_cov``, ``kl_cov``, ``grpo``/``klrs`` reproduce; docs/method.md
+maps respo's names onto verl's settings.
 
 Metrics: verl's keys (``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``; verl
 adds ``actor/pg_loss``) and the core's weight diagnostics under ``respo/`` (``respo/log_w/p10``,
