@@ -25,6 +25,7 @@ from respo.train.update import update_step
 from trainer_support import small_cfg
 
 LOGP_TOL, GRAD_TOL = 1e-5, 1e-5
+SMOLLM2_LOGP_TOL = 5e-5  # a 30-layer float32 model (the SmolLM2 test says why)
 
 
 def _grad(model) -> torch.Tensor:
@@ -193,7 +194,11 @@ def test_smollm2_shared_prefix_matches_one_forward_per_row():
         (logp * resp_mask * torch.tensor([1.0, -0.5, 0.3, -1.0, 0.7, 0.2]).unsqueeze(1)).sum().backward()
         out[shared] = (logp.detach(), _grad(model))
     m = resp_mask.bool()
-    assert (out[True][0] - out[False][0])[m].abs().max() <= LOGP_TOL
+    # 30 float32 layers: the shared path attends to the prompt's cached keys and values, one forward per row to
+    # the same keys computed in its own pass, so the sums run in another order. Measured: under 1e-5 on an AVX2
+    # CPU, 1.1e-5 on an AVX-512 one (the KV-cached sampler differs from a full forward by 3e-5 on the same tokens);
+    # attending to the left padding instead moves the padded rows' log-probs by up to 1.9
+    assert (out[True][0] - out[False][0])[m].abs().max() <= SMOLLM2_LOGP_TOL
     assert _rel(out[True][1], out[False][1]) <= GRAD_TOL
 
 
