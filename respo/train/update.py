@@ -8,7 +8,7 @@ the two agree bitwise before any update.
 
 `update_step` is three phases, each a function of its own: `accumulate` (forward and backward over the
 micro-batches), `apply_if_finite` (clip, then the optimizer step unless the gradient is not finite) and
-`diagnose` (the update's metrics).
+`diagnose` (the update's metrics). What an update reads of the run's config is `UpdateSettings`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from respo.core import Objective, build_objective, fold_rollout_log_ratio, moe_m
 from respo.core.mismatch import nonfinite_rows, rollout_correction_weights
 from respo.runtime import moe
 from respo.train.buffer import Batch
-from respo.train.config import TrainConfig
+from respo.train.config import Forward, RolloutCorrection, TrainConfig
 from respo.train.forward import micro_batches, score
 
-__all__ = ["run_objective", "update_step", "accumulate", "apply_if_finite", "diagnose", "Accumulated", "Step",
-           "make_optimizer"]
+__all__ = ["UpdateSettings", "run_objective", "update_step", "accumulate", "apply_if_finite", "diagnose",
+           "Accumulated", "Step", "make_optimizer"]
 
 
 def run_objective(cfg: TrainConfig) -> Objective:
@@ -34,11 +34,27 @@ def run_objective(cfg: TrainConfig) -> Objective:
     return build_objective(cfg.objective, loss_agg_mode=cfg.loss_agg_mode or None, **cfg.objective_kwargs)
 
 
-def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, on_policy: bool = False,
-                objective: Objective | None = None, version: int | None = None) -> tuple[dict[str, Any], torch.Tensor]:
-    """One optimizer step on one mini-batch (gradient accumulation over micro-batches).
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What one update reads: the run's objective, its training forward, its rollout correction and the gradient
+    clip (``grad_clip``, 0 = none)."""
 
-    ``objective``: the run's objective (`run_objective`; built from ``cfg`` when not given).
+    objective: Objective
+    forward: Forward
+    correction: RolloutCorrection
+    grad_clip: float
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, objective: Objective | None = None) -> "UpdateSettings":
+        """``cfg``'s update settings; ``objective``: the run's objective (`run_objective`; built from ``cfg`` when
+        not given)."""
+        return cls(objective=run_objective(cfg) if objective is None else objective, forward=Forward.of(cfg),
+                   correction=RolloutCorrection.of(cfg), grad_clip=cfg.grad_clip)
+
+
+def update_step(model, optimizer, scheduler, batch: Batch, settings: UpdateSettings, *, on_policy: bool = False,
+                version: int | None = None) -> tuple[dict[str, Any], torch.Tensor]:
+    """One optimizer step on one mini-batch (gradient accumulation over micro-batches).
 
     With ``on_policy=True`` (no update since the rollout) ``batch.old_logp`` is not read: the old
     policy is the current one, so ``old_logp`` is the detached training forward itself, bitwise
@@ -60,12 +76,11 @@ def update_step(model, optimizer, scheduler, batch: Batch, cfg: TrainConfig, *, 
         whole mini-batch, recomputed from the detached micro-batch log-probs; MoE: router shift and
         expert load), and the ``old_logp`` the update used, (S, T).
     """
-    objective = run_objective(cfg) if objective is None else objective
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    acc = accumulate(model, batch, cfg, objective, on_policy=on_policy, version=version)
-    step = apply_if_finite(model, optimizer, scheduler, acc.loss, cfg.grad_clip)
-    return diagnose(model, batch, cfg, objective, acc, step), acc.old_logp
+    acc = accumulate(model, batch, settings, on_policy=on_policy, version=version)
+    step = apply_if_finite(model, optimizer, scheduler, acc.loss, settings.grad_clip)
+    return diagnose(model, batch, settings, acc, step), acc.old_logp
 
 
 @dataclass
@@ -83,7 +98,7 @@ class Accumulated:
     routing: list[torch.Tensor]  # MoE: the experts the current router picks, per micro-batch
 
 
-def accumulate(model, batch: Batch, cfg: TrainConfig, objective: Objective, *, on_policy: bool = False,
+def accumulate(model, batch: Batch, settings: UpdateSettings, *, on_policy: bool = False,
                version: int | None = None) -> Accumulated:
     """Forward and backward over the mini-batch's micro-batches (`micro_batches`), each loss normalised by the
     whole mini-batch's token and sequence counts, so the gradients summed in ``.grad`` are the mini-batch's.
@@ -93,8 +108,8 @@ def accumulate(model, batch: Batch, cfg: TrainConfig, objective: Objective, *, o
     device = next(model.parameters()).device
     S, T = batch.mask.shape
     global_tokens = batch.mask.sum()  # 0-d
-    correcting = cfg.rollout_correction != "off"
-    acc = Accumulated(ranges=micro_batches(batch.mask, batch.response_start, cfg),
+    objective, correcting = settings.objective, settings.correction.correcting
+    acc = Accumulated(ranges=micro_batches(batch.mask, batch.response_start, settings.forward.micro),
                       old_logp=torch.zeros_like(batch.mask) if on_policy else batch.old_logp,
                       logp=torch.zeros(S, T), kept=batch.mask.clone() if correcting else batch.mask,
                       log_rho=torch.zeros(S, T) if correcting else None, stale=_staleness(batch, objective, version),
@@ -103,20 +118,20 @@ def accumulate(model, batch: Batch, cfg: TrainConfig, objective: Objective, *, o
         mb = batch.rows(i, j).trimmed()
         t = mb.mask.shape[1]
         mask = mb.mask.to(device)  # (m, t)
-        logp, ent, routing = score(model, mb, cfg, with_entropy=True, record=mb.routing is not None)
+        logp, ent, routing = score(model, mb, settings.forward, with_entropy=True, record=mb.routing is not None)
         if on_policy:
             acc.old_logp[i:j, :t] = logp.detach().cpu() * mb.mask
         if routing is not None:
             acc.routing.append(routing.cpu())
         log_rho = None
         if correcting:  # ρ on these rows; rejected rows leave the mask
-            log_rho, kept = _rollout_correction(acc.old_logp[i:j, :t], mb.behaviour_logp, mb.mask, cfg)
+            log_rho, kept = _rollout_correction(acc.old_logp[i:j, :t], mb.behaviour_logp, mb.mask, settings.correction)
             acc.log_rho[i:j, :t], acc.kept[i:j, :t] = log_rho, kept
             mask, log_rho = kept.to(device), log_rho.to(device)
         stale = None if acc.stale is None else acc.stale[i:j, :t].to(device)
         loss, _ = objective(logp, acc.old_logp[i:j, :t].to(device), mb.adv.to(device), mask,
                             global_tokens=global_tokens.to(device), global_seqs=S, diagnostics=False,
-                            **_extra_inputs(objective, cfg, logp.detach(), stale, log_rho))
+                            **_extra_inputs(settings, logp.detach(), stale, log_rho))
         loss.backward()
         acc.loss += loss.detach().cpu()
         acc.logp[i:j, :t] = logp.detach().cpu() * mb.mask
@@ -131,18 +146,18 @@ def _staleness(batch: Batch, objective: Objective, version: int | None) -> torch
     return (version - batch.version).to(batch.mask.dtype).unsqueeze(-1).expand_as(batch.mask)
 
 
-def _extra_inputs(objective: Objective, cfg: TrainConfig, logp: torch.Tensor, stale: torch.Tensor | None,
+def _extra_inputs(settings: UpdateSettings, logp: torch.Tensor, stale: torch.Tensor | None,
                   log_rho: torch.Tensor | None) -> dict[str, Any]:
     """The objective's inputs beyond logp, old_logp, adv and mask, the same for the loss and its diagnostics:
     π_prox's log-probs (the detached forward ``logp``: the policy before this update's step) for an objective that
     reads them, the rows' staleness, and, where the engine's log-probs reach the loss, ``nan_policy="mask"`` (its
     non-finite rows dropped, counted) and the rollout correction's ``log_rho``."""
-    extra = {}
+    objective, extra = settings.objective, {}
     if "prox_logp" in objective.inputs + objective.optional_inputs:
         extra["prox_logp"] = logp
     if stale is not None:
         extra["staleness"] = stale
-    if cfg.rollout_correction != "off" or cfg.rollout_bypass:
+    if settings.correction.from_engine:
         extra["nan_policy"] = "mask"
     if log_rho is not None:
         extra["rollout_log_ratio"] = log_rho
@@ -150,8 +165,8 @@ def _extra_inputs(objective: Objective, cfg: TrainConfig, logp: torch.Tensor, st
 
 
 def _rollout_correction(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
-                        cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cfg.rollout_correction``'s per-token log ρ and kept mask for rows whose trainer log-probs are
+                        correction: RolloutCorrection) -> tuple[torch.Tensor, torch.Tensor]:
+    """``correction``'s per-token log ρ and kept mask for rows whose trainer log-probs are
     ``old_logp`` and engine log-probs ``behaviour_logp`` (all (m, t)); rows it rejects leave the mask.
 
     A row with a non-finite engine (or trainer) log-prob on a valid token gets log ρ = NaN on its tokens, whatever
@@ -161,7 +176,7 @@ def _rollout_correction(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, ma
     bad = nonfinite_rows(old_logp, behaviour_logp, mask).unsqueeze(-1)  # (m, 1)
     clean = torch.where(bad, torch.zeros_like(behaviour_logp), behaviour_logp)
     old = torch.where(bad, torch.zeros_like(old_logp), old_logp)
-    w, level = rollout_correction_weights(old, clean, mask, cfg.rollout_correction, cfg.rollout_correction_threshold)
+    w, level = rollout_correction_weights(old, clean, mask, correction.kind, correction.threshold)
     log_rho, kept = fold_rollout_log_ratio(w, mask, level=level, name="rollout correction weights")
     nan = torch.full_like(log_rho, float("nan"))
     return torch.where(bad & valid, nan, log_rho), torch.where(bad, mask.to(kept.dtype), kept)
@@ -198,15 +213,15 @@ def apply_if_finite(model, optimizer, scheduler, loss: torch.Tensor, grad_clip: 
                 nonfinite_weights=nonfinite_weights)
 
 
-def diagnose(model, batch: Batch, cfg: TrainConfig, objective: Objective, acc: Accumulated, step: Step) -> dict[str, Any]:
+def diagnose(model, batch: Batch, settings: UpdateSettings, acc: Accumulated, step: Step) -> dict[str, Any]:
     """The update's metrics: loss, grad_norm, lr, entropy, grad_clipped, ``skipped``/``nonfinite_weights`` when so,
     the objective's diagnostics of the whole mini-batch (recomputed from the detached log-probs, each row in its
     micro-batch, so M2PO's selection is the one each micro-batch applied) and, for MoE, the router shift since the
     rollout (overall, per layer) and the rollout's expert load."""
     groups = torch.cat([torch.full((j - i,), k, dtype=torch.long) for k, (i, j) in enumerate(acc.ranges)])  # (S,)
     with torch.no_grad():
-        _, diag = objective(acc.logp, acc.old_logp, batch.adv, acc.kept, row_groups=groups,
-                            **_extra_inputs(objective, cfg, acc.logp, acc.stale, acc.log_rho))
+        _, diag = settings.objective(acc.logp, acc.old_logp, batch.adv, acc.kept, row_groups=groups,
+                                     **_extra_inputs(settings, acc.logp, acc.stale, acc.log_rho))
     out = {"loss": acc.loss, "grad_norm": step.grad_norm, "lr": step.lr,
            "entropy": acc.entropy / batch.mask.sum().clamp_min(1),
            "grad_clipped": (step.grad_norm > step.max_norm).float()}  # 1 when clipping scaled this update down
