@@ -56,16 +56,17 @@ def synthetic_batch(B: int, T: int, vocab: int, gen: torch.Generator):
 
 def run_sides(models: dict, cfgs: dict, batches, device) -> dict[str, list[float]]:
     """Seconds of each side's update on each batch, the sides alternating their order per batch."""
-    from respo.train.update import make_optimizer, update_step
+    from respo.train.update import UpdateSettings, make_optimizer, update_step
 
     opts = {k: make_optimizer(models[k], cfgs[k]) for k in models}
+    settings = {k: UpdateSettings.of(cfgs[k]) for k in models}
     times: dict[str, list[float]] = {k: [] for k in models}
     for i, batch in enumerate(batches):
         for k in order(list(models), i):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            update_step(models[k], *opts[k], batch, cfgs[k], on_policy=True)
+            update_step(models[k], *opts[k], batch, settings[k], on_policy=True)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times[k].append(time.perf_counter() - t0)

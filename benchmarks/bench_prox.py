@@ -33,12 +33,12 @@ import torch
 from respo.runtime.models import build_policy
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
-from respo.train.config import TrainConfig, apply_overrides
+from respo.train.config import Forward, Sampling, TrainConfig, apply_overrides
 from respo.train.policy import Policy
 from respo.runtime.engines.respo import RespoEngine
 from respo.train.rollout import recompute_logp, sample_rollout
 from respo.train.forward import forward_logprobs
-from respo.train.update import make_optimizer, update_step
+from respo.train.update import UpdateSettings, make_optimizer, update_step
 
 
 def setup(args):
@@ -52,11 +52,13 @@ def setup(args):
     pool = task.examples("train", 64, 0)
     policy = Policy(model, tok, {})
     engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
-    batch, _ = sample_rollout(engine, task, pool, list(range(args.prompts)), cfg, torch.Generator().manual_seed(0), 0)
-    batch.old_logp = recompute_logp(model, batch, cfg)
+    batch, _ = sample_rollout(engine, task, pool, list(range(args.prompts)), Sampling.of(cfg),
+                              torch.Generator().manual_seed(0), 0)
+    batch.old_logp = recompute_logp(model, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs)
     batch.adv = torch.randn(batch.mask.shape[0], generator=torch.Generator().manual_seed(1))
     opt, sched = make_optimizer(model, cfg)
-    update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "reinforce"}))  # the batch is now stale
+    stale = UpdateSettings.of(apply_overrides(cfg, {"objective": "reinforce"}))
+    update_step(model, opt, sched, batch, stale)  # the batch is now stale
     return cfg, model, batch
 
 
@@ -67,10 +69,11 @@ def side_config(side: str, cfg):
 def timed_step(side: str, cfg, model, batch, version: int) -> tuple[float, dict]:
     m = copy.deepcopy(model)
     opt, sched = make_optimizer(m, cfg)
+    forward, settings = Forward.of(cfg), UpdateSettings.of(cfg)
     start = time.perf_counter()
     if side == "recompute":
-        recompute_logp(m, batch, cfg)  # the separate π_prox forward
-    metrics, _ = update_step(m, opt, sched, batch, cfg, version=version)
+        recompute_logp(m, batch, forward, mini_batch=cfg.mini_batch_seqs)  # the separate π_prox forward
+    metrics, _ = update_step(m, opt, sched, batch, settings, version=version)
     return time.perf_counter() - start, metrics
 
 
@@ -92,8 +95,8 @@ def main() -> None:
     # π_prox recomputed with the pre-update policy against the training forward the trainer uses
     model.train()
     with torch.no_grad():
-        forward, _ = forward_logprobs(model, batch.rows(0, batch.mask.shape[0]).trimmed(), cfg)
-    recomputed = recompute_logp(model, batch, cfg)[:, : forward.shape[1]]
+        forward, _ = forward_logprobs(model, batch.rows(0, batch.mask.shape[0]).trimmed(), Forward.of(cfg))
+    recomputed = recompute_logp(model, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs)[:, : forward.shape[1]]
     same = bool(torch.equal(recomputed, forward.cpu() * batch.mask[:, : forward.shape[1]]))
 
     sides = ("reuse", "recompute", "loglinear")

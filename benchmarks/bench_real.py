@@ -251,9 +251,9 @@ def bench_update(args) -> dict:
     from respo.core import group_advantages
     from respo.runtime.engines import make_engine
     from respo.runtime.engines.respo import RespoEngine
-    from respo.train.config import TrainConfig
+    from respo.train.config import Forward, Sampling, TrainConfig
     from respo.train.rollout import recompute_logp, sample_rollout
-    from respo.train.update import make_optimizer, run_objective, update_step
+    from respo.train.update import UpdateSettings, make_optimizer, run_objective, update_step
 
     from respo.runtime.chat import render_for
     from respo.train.policy import load_run_policy
@@ -277,7 +277,8 @@ def bench_update(args) -> dict:
 
         def sampler(name, eng):
             def run():
-                batches[name], _ = sample_rollout(eng, task, pool, indices, cfg["float32"], torch.Generator().manual_seed(0), 0)
+                batches[name], _ = sample_rollout(eng, task, pool, indices, Sampling.of(cfg["float32"]),
+                                                  torch.Generator().manual_seed(0), 0)
             return run
 
         with torch.no_grad():
@@ -287,10 +288,11 @@ def bench_update(args) -> dict:
     batch = batches["vllm"]  # what the faster runtime trains on; both dtypes score and train the same rows
     S = B * G
     lp = {}
+    forward = {d: Forward.of(c) for d, c in cfg.items()}
 
     def scorer(d):
         def run():
-            lp[d] = recompute_logp(model, batch, cfg[d], start_row=S)
+            lp[d] = recompute_logp(model, batch, forward[d], mini_batch=S, start_row=S)
         return run
 
     old_s = side_by_side({"float32": scorer("float32"), "bfloat16": scorer("bfloat16")}, args.repeats)
@@ -302,17 +304,19 @@ def bench_update(args) -> dict:
     learner = copy.deepcopy(model)
     opt, sched = make_optimizer(learner, cfg["float32"])
     objective = run_objective(cfg["float32"])
+    settings = {d: UpdateSettings.of(c, objective) for d, c in cfg.items()}
 
     def trainer(d):
         def run():
-            update_step(learner, opt, sched, mb, cfg[d], on_policy=False, objective=objective, version=1)
+            update_step(learner, opt, sched, mb, settings[d], on_policy=False, version=1)
         return run
 
     train_s = side_by_side({"float32": trainer("float32"), "bfloat16": trainer("bfloat16")}, args.repeats)
     # log W of one stale mini-batch after the learner's 2 x (1 + repeats) updates, computed in each dtype:
     # what the bfloat16 rounding adds to a log W that the staleness itself spreads
     rows = batch.rows(0, 2 * S)
-    log_w = {d: recompute_logp(learner, rows, cfg[d], start_row=S)[S:] - lp[d][S:2 * S] for d in cfg}  # (S, T)
+    log_w = {d: recompute_logp(learner, rows, forward[d], mini_batch=S, start_row=S)[S:] - lp[d][S:2 * S]
+             for d in cfg}  # (S, T)
     m = mask[:S]
     lw_seq = {d: (w * m).sum(1) for d, w in log_w.items()}  # (S,) sequence log W
     sync = statistics.median(syncs)
@@ -340,10 +344,10 @@ def _peak_child(conn, cache_dir: str, batch_path: str, side: str, budget: int, s
     """In a fresh process: the peak resident memory (MiB) one ``old_logp`` recompute and one training step of
     ``side`` each add above the memory in use before it (the kernel's high-water mark, reset first), sent back on
     ``conn``."""
-    from respo.train.config import TrainConfig
+    from respo.train.config import Forward, TrainConfig
     from respo.train.policy import load_run_policy
     from respo.train.rollout import recompute_logp
-    from respo.train.update import make_optimizer, update_step
+    from respo.train.update import UpdateSettings, make_optimizer, update_step
 
     torch.set_num_threads(1)
     logprobs.LOGITS_BUDGET = budget
@@ -354,6 +358,7 @@ def _peak_child(conn, cache_dir: str, batch_path: str, side: str, budget: int, s
     model = load_run_policy(cfg).model
     model.train()
     opt, sched = make_optimizer(model, cfg)
+    forward, settings = Forward.of(cfg), UpdateSettings.of(cfg)
 
     def status(field: str) -> float:  # MiB, from /proc/self/status (VmRSS: now; VmHWM: the peak since a reset)
         for line in open("/proc/self/status"):
@@ -367,8 +372,8 @@ def _peak_child(conn, cache_dir: str, batch_path: str, side: str, budget: int, s
         return status("VmRSS")
 
     out = {}
-    for name, work in (("old_logp", lambda: recompute_logp(model, stale, cfg)),
-                       ("train", lambda: update_step(model, opt, sched, stale, cfg, version=1))):
+    for name, work in (("old_logp", lambda: recompute_logp(model, stale, forward, mini_batch=cfg.mini_batch_seqs)),
+                       ("train", lambda: update_step(model, opt, sched, stale, settings, version=1))):
         before = reset_peak()
         work()
         out[name] = status("VmHWM") - before
@@ -401,10 +406,11 @@ def _forward_tokens(batch, cfg, shared: bool) -> dict[str, int]:
     """Tokens the forwards of one mini-batch compute: prompt and response columns (padding included) and the
     real response tokens, over the micro-batches ``cfg`` cuts."""
     from respo.runtime.logprobs import prompt_groups, response_pieces
+    from respo.train.config import MicroBatching
     from respo.train.forward import micro_batches
 
     prompt = response = 0
-    for i, j in micro_batches(batch.mask, batch.response_start, cfg):
+    for i, j in micro_batches(batch.mask, batch.response_start, MicroBatching.of(cfg)):
         mb = batch.rows(i, j).trimmed()
         share = prompt_groups(mb.input_ids, mb.attention_mask, mb.response_start) if shared else None
         prompt += (j - i if share is None else len(share[0])) * mb.response_start
@@ -417,10 +423,10 @@ def bench_prefix(args) -> dict:
     from respo.core import group_advantages
     from respo.runtime.chat import render_for
     from respo.runtime.engines import make_engine
-    from respo.train.config import TrainConfig
+    from respo.train.config import Forward, Sampling, TrainConfig
     from respo.train.policy import load_run_policy
     from respo.train.rollout import recompute_logp, sample_rollout
-    from respo.train.update import make_optimizer, run_objective, update_step
+    from respo.train.update import UpdateSettings, make_optimizer, run_objective, update_step
 
     B, G, N = args.prompts, args.group, args.reuse
     base = dict(model=MODEL, task="worded_addition", warm_start=True, cache_dir=args.cache_dir, objective="respo",
@@ -441,7 +447,8 @@ def bench_prefix(args) -> dict:
         sync_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         with torch.no_grad():
-            batch, _ = sample_rollout(engine, task, pool, list(range(2 * B)), cfg["fast"], torch.Generator().manual_seed(0), 0)
+            batch, _ = sample_rollout(engine, task, pool, list(range(2 * B)), Sampling.of(cfg["fast"]),
+                                      torch.Generator().manual_seed(0), 0)
         sample_s = (time.perf_counter() - t0) * N / 2  # a rollout step samples N mini-batches; this sampled 2
         engine_dtype = engine.info.get("dtype")
     finally:
@@ -459,8 +466,10 @@ def bench_prefix(args) -> dict:
             logprobs.LOGITS_BUDGET = default
 
     def scorer(side):
+        forward = Forward.of(cfg[side])
+
         def run():
-            lp[side] = with_budget(side, lambda: recompute_logp(model, stale, cfg[side]))
+            lp[side] = with_budget(side, lambda: recompute_logp(model, stale, forward, mini_batch=S))
         return run
 
     old_s = side_by_side({"today": scorer("today"), "fast": scorer("fast")}, args.repeats)
@@ -470,8 +479,10 @@ def bench_prefix(args) -> dict:
     objective = run_objective(cfg["fast"])
 
     def trainer(side):
+        settings = UpdateSettings.of(cfg[side], objective)
+
         def run():
-            with_budget(side, lambda: update_step(learners[side], *opts[side], mb, cfg[side], objective=objective, version=1))
+            with_budget(side, lambda: update_step(learners[side], *opts[side], mb, settings, version=1))
         return run
 
     train_s = side_by_side({"today": trainer("today"), "fast": trainer("fast")}, args.repeats)
@@ -509,7 +520,7 @@ def bench_engine_dtypes(args) -> dict:
     from respo.core.mismatch import mismatch_metrics
     from respo.runtime.chat import render_for
     from respo.runtime.engines import make_engine
-    from respo.train.config import TrainConfig
+    from respo.train.config import Forward, Sampling, TrainConfig
     from respo.train.policy import load_run_policy
     from respo.train.rollout import recompute_logp, sample_rollout
 
@@ -531,7 +542,7 @@ def bench_engine_dtypes(args) -> dict:
                 with torch.no_grad():
                     for timed in (False, True):  # a full-size warm-up, then the timed rollout (the same draws)
                         t0 = time.perf_counter()
-                        batch, _ = sample_rollout(engine, task, pool, list(range(B)), cfg,
+                        batch, _ = sample_rollout(engine, task, pool, list(range(B)), Sampling.of(cfg),
                                                   torch.Generator().manual_seed(r), 0)
                         if timed:
                             times[d].append(time.perf_counter() - t0)
@@ -543,7 +554,8 @@ def bench_engine_dtypes(args) -> dict:
            "max_new_tokens": args.max_new_tokens, "threads": args.threads, "repeats": args.repeats}
     for d in dtypes:
         batch = batches[d]  # the first round's rollout of this dtype, scored by the float32 trainer
-        mm = mismatch_metrics(recompute_logp(model, batch, cfg, start_row=0), batch.behaviour_logp, batch.mask)
+        mm = mismatch_metrics(recompute_logp(model, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs),
+                              batch.behaviour_logp, batch.mask)
         out[d] = {"tok_s": round(statistics.median(t / s for t, s in zip(tokens[d], times[d])), 1),
                   "mean_response_tokens": round(float(batch.mask.sum(1).mean()), 1),
                   **{k.split("/", 1)[-1]: round(float(mm[k]), 4) for k in

@@ -112,12 +112,12 @@ class ModelClock:
 def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) -> dict:
     from respo.runtime.tasks import get_task
     from respo.runtime.tokenizer import build_char_tokenizer
-    from respo.train.config import TrainConfig, apply_overrides
+    from respo.train.config import Forward, Sampling, TrainConfig, apply_overrides
     from respo.train.policy import Policy
     from respo.core import group_advantages
     from respo.runtime.engines.respo import RespoEngine
     from respo.train.rollout import recompute_logp, sample_rollout
-    from respo.train.update import make_optimizer, update_step
+    from respo.train.update import UpdateSettings, make_optimizer, update_step
 
     tok = build_char_tokenizer()
     model = policy_for(preset, tok, seed, T + 64).train()
@@ -128,6 +128,7 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
                                           "group_size": G, "max_new_tokens": T, "lr": 1e-5, "warmup": 0})
     policy = Policy(model, tok, {})
     opt, sched = make_optimizer(model, cfg)
+    sampling, forward, settings = Sampling.of(cfg), Forward.of(cfg), UpdateSettings.of(cfg)
     gen = torch.Generator().manual_seed(seed)
     clock = ModelClock(model)
     times, tokens, shares, phases = [], [], [], []
@@ -136,13 +137,14 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
             clock.reset()
             t0 = time.perf_counter()
             engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
-            batch, rec = sample_rollout(engine, task, pool, list(range(step * B, (step + 1) * B)), cfg, gen, step)
+            batch, rec = sample_rollout(engine, task, pool, list(range(step * B, (step + 1) * B)), sampling, gen, step)
             batch.adv = group_advantages(batch.rewards, G)  # as the loop computes them
             t1 = time.perf_counter()
             # as the sync trainer at N = 1: the only mini-batch is on-policy, old_logp = detached training forward
-            batch.old_logp = recompute_logp(model, batch, cfg, start_row=cfg.mini_batch_seqs)
+            batch.old_logp = recompute_logp(model, batch, forward, mini_batch=cfg.mini_batch_seqs,
+                                            start_row=cfg.mini_batch_seqs)
             t2 = time.perf_counter()
-            update_step(model, opt, sched, batch, cfg, on_policy=True)
+            update_step(model, opt, sched, batch, settings, on_policy=True)
             t3 = time.perf_counter()
             if step == 0:
                 continue  # warm-up

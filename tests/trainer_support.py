@@ -7,7 +7,7 @@ import torch
 from respo.runtime.models import build_policy
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
-from respo.train.config import TrainConfig, apply_overrides
+from respo.train.config import Forward, Sampling, TrainConfig, apply_overrides
 from respo.train.policy import Policy
 from respo.core import group_advantages
 from respo.runtime.engines.respo import RespoEngine
@@ -33,7 +33,7 @@ def rollout(setup, cfg, n_prompts):
     """A rollout of ``n_prompts`` prompts x G with advantages and ``old_logp`` (as the sync trainer computes them)."""
     policy, task, pool = setup
     engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
-    batch, _ = sample_rollout(engine, task, pool, list(range(n_prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    batch, _ = sample_rollout(engine, task, pool, list(range(n_prompts)), Sampling.of(cfg), torch.Generator().manual_seed(0), 0)
     batch.adv = group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
-    batch.old_logp = recompute_logp(policy.model, batch, cfg)
+    batch.old_logp = recompute_logp(policy.model, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs)
     return batch

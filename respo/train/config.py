@@ -9,6 +9,10 @@ Staleness vocabulary (the paper's, see docs/method.md): one rollout step samples
 ``prompts`` prompts and takes one optimizer step per mini-batch, so mini-batch k is trained with
 staleness k - 1. ``mode = "async"`` instead runs a rollout worker thread at most
 ``max_staleness`` versions behind.
+
+The parts of the loop read slices of a config, not the whole of it: `MicroBatching`, `Forward` (the training
+forward), `Sampling`, `RolloutCorrection` and `Rollouts` (a mini-batch source's), each a small frozen dataclass
+built once by ``Slice.of(cfg)``, here, so only this module turns field names into what a part reads.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import dataclasses
 import json
 import math
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,7 +35,8 @@ from respo.runtime.engines.vllm import ENGINE_DTYPES
 from respo.runtime.precision import DTYPES, device_problem
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides",
-           "model_dir_problem", "RULES", "rule"]
+           "model_dir_problem", "RULES", "rule", "MicroBatching", "Forward", "Sampling", "RolloutCorrection",
+           "Rollouts"]
 
 MODES = ("sync", "async")
 
@@ -145,6 +151,102 @@ class TrainConfig:
     micro_batch_tokens: int = field(default=0, metadata={"help": "pack each mini-batch into micro-batches of at most this many padded tokens (rows x columns); 0 = use micro_batch"})
     share_prompts: bool = field(default=True, metadata={"help": "run each prompt once for the rows of a micro-batch that share it (a group's G responses), in the old-logp and training forwards; equal to one forward per row up to float rounding (config.json's forward names the path a run takes)"})
     compile: bool = field(default=False, metadata={"help": "torch.compile the training forward (pays off on long runs only; see benchmarks/bench_compile.py)"})
+
+
+# --- slices: what one part of the loop reads, built once from a run's config (``Slice.of(cfg)``) ---
+
+
+def _from(name: str):
+    """A slice field that holds the config field (or property) ``name`` rather than the one of its own name."""
+    return field(metadata={"from": name})
+
+
+class _Slice:
+    """A small frozen dataclass of the settings one part of the loop reads: each field holds the `TrainConfig` field
+    (or property) of its name, or the one `_from` names; a field typed as another slice holds that slice."""
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> typing.Self:
+        """The slice of ``cfg``."""
+        hints = typing.get_type_hints(cls)
+
+        def value(f: dataclasses.Field) -> Any:
+            kind = hints[f.name]
+            if isinstance(kind, type) and issubclass(kind, _Slice):
+                return kind.of(cfg)
+            return getattr(cfg, f.metadata.get("from", f.name))
+
+        return cls(**{f.name: value(f) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class MicroBatching(_Slice):
+    """How a mini-batch is cut into forward/backward chunks (`respo.train.forward.micro_batches`): ``rows`` rows
+    each (``micro_batch``; 0 = the whole mini-batch) or, when ``tokens`` (``micro_batch_tokens``) is set, as many
+    rows as fit that budget of padded tokens."""
+
+    rows: int = _from("micro_batch")
+    tokens: int = _from("micro_batch_tokens")
+
+
+@dataclass(frozen=True)
+class Forward(_Slice):
+    """What the training forward reads (`respo.train.forward`), the same on the update and the ``old_logp`` side:
+    its micro-batches, compute ``dtype``, the sampling ``temperature`` the log-probs are taken at, MoE
+    ``routing_replay``, ``share_prompts``, ``compile``, and ``group_size`` (rows that may share a prompt)."""
+
+    micro: MicroBatching
+    dtype: str
+    temperature: float
+    routing_replay: bool
+    share_prompts: bool
+    compile: bool
+    group_size: int
+
+
+@dataclass(frozen=True)
+class Sampling(_Slice):
+    """How a rollout's responses are drawn (`respo.train.rollout.sample_rollout`): ``group_size`` responses per
+    prompt of at most ``max_new_tokens`` tokens, at ``temperature`` and ``top_p``."""
+
+    group_size: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+
+
+@dataclass(frozen=True)
+class RolloutCorrection(_Slice):
+    """The engine–trainer mismatch settings: the correction ``kind`` (``rollout_correction``) with its
+    ``threshold`` C, and ``bypass`` (``rollout_bypass``: the engine's log-probs serve as ``old_logp``)."""
+
+    kind: str = _from("rollout_correction")
+    threshold: float = _from("rollout_correction_threshold")
+    bypass: bool = _from("rollout_bypass")
+
+    @property
+    def correcting(self) -> bool:
+        """A correction factor ρ = π_trainer/π_engine enters the loss."""
+        return self.kind != "off"
+
+    @property
+    def from_engine(self) -> bool:
+        """The engine's log-probs reach the loss (a correction or the bypass), so its non-finite rows are dropped."""
+        return self.correcting or self.bypass
+
+
+@dataclass(frozen=True)
+class Rollouts(_Slice):
+    """What a mini-batch source reads (`respo.train.sources`): ``prompts`` sampled per rollout step (N*B in sync
+    mode, B in async mode) from a pool of ``train_pool``, ``mini_batch`` rows (B*G) per update, how responses are
+    sampled, how ``old_logp`` is recomputed and whether the engine's log-probs stand in for it."""
+
+    prompts: int = _from("rollout_prompts")
+    train_pool: int
+    mini_batch: int = _from("mini_batch_seqs")
+    sampling: Sampling
+    forward: Forward
+    correction: RolloutCorrection
 
 
 #: The rule keys a field's metadata may hold besides ``help`` (`TrainConfig`'s docstring says what each means).

@@ -3,12 +3,13 @@
 Both sides of the loop score responses with this forward: the update (`respo.train.update`) for the
 gradient and the rollout side (`respo.train.rollout`) for ``old_logp``, over the same `micro_batches`, with
 the same trimming, module mode, precision and MoE routing, so the two agree bitwise before any update.
+Both read the same slice of the run's config, `respo.train.config.Forward`.
 
 Micro-batching: each mini-batch is processed in chunks of consecutive rows, ``micro_batch`` rows each
 or, with ``micro_batch_tokens``, as many rows as fit a budget of padded tokens (`micro_batches`).
 
 Device and precision: a `Batch` lives on the CPU (buffer, checkpoints, metrics); each micro-batch is
-moved to the model's device for its forward, which runs in ``cfg.dtype``
+moved to the model's device for its forward, which runs in the run's ``dtype``
 (`respo.runtime.precision.mixed_precision`); log-probs come back as float32.
 
 MoE routing is decided in one place, `ForwardRouting`: sampling records the experts every token
@@ -34,7 +35,7 @@ from respo.runtime.moe.routing import fit_columns
 from respo.runtime.logprobs import can_share_prompts, prompt_groups, shared_prefix_token_logprobs, token_logprobs
 from respo.runtime.precision import mixed_precision
 from respo.train.buffer import Batch
-from respo.train.config import TrainConfig
+from respo.train.config import Forward, MicroBatching
 
 __all__ = ["ForwardRouting", "replayed_routing", "micro_batches", "training_forward", "forward_path", "score",
            "forward_logprobs"]
@@ -76,21 +77,21 @@ class ForwardRouting:
         return None
 
 
-def replayed_routing(batch: Batch, cfg: TrainConfig, model) -> torch.Tensor | None:
+def replayed_routing(batch: Batch, forward: Forward, model) -> torch.Tensor | None:
     """The routing a training-side forward over ``batch`` replays, on the model's device (None: the
     router decides)."""
-    if not cfg.routing_replay or batch.routing is None:
+    if not forward.routing_replay or batch.routing is None:
         return None
     return batch.routing.to(next(model.parameters()).device)
 
 
-def micro_batches(mask: torch.Tensor, response_start: int, cfg: TrainConfig) -> list[tuple[int, int]]:
+def micro_batches(mask: torch.Tensor, response_start: int, micro: MicroBatching) -> list[tuple[int, int]]:
     """Row ranges [i, j) covering a mini-batch in order, one per forward/backward.
 
-    Rows mode (``micro_batch_tokens = 0``): ``micro_batch`` rows each (0: one range of all rows).
+    Rows mode (``micro.tokens = 0``): ``micro.rows`` rows each (0: one range of all rows).
     Tokens mode: consecutive rows are packed while the trimmed forward stays within the budget,
 
-        cost([i, j)) = (j - i) * (response_start + max_{i <= r < j} len_r) <= micro_batch_tokens,
+        cost([i, j)) = (j - i) * (response_start + max_{i <= r < j} len_r) <= micro.tokens,
 
     with len_r the response length of row r (a range holds at least one row). E.g. budget 40,
     response_start 6: lengths [2, 4, 4, 1] give one range [0, 4) (4 * (6 + 4) = 40 fits); lengths
@@ -100,14 +101,14 @@ def micro_batches(mask: torch.Tensor, response_start: int, cfg: TrainConfig) -> 
         mask: (S, T) response mask of the mini-batch.
     """
     S = mask.shape[0]
-    if not cfg.micro_batch_tokens:
-        m = cfg.micro_batch or S
+    if not micro.tokens:
+        m = micro.rows or S
         return [(i, min(i + m, S)) for i in range(0, S, m)]
     lengths = mask.sum(1).long().tolist()  # (S,)
     out, i, longest = [], 0, 0
     for j, n in enumerate(lengths):
         longest_with = max(longest, n)
-        if j > i and (j + 1 - i) * (response_start + max(longest_with, 1)) > cfg.micro_batch_tokens:
+        if j > i and (j + 1 - i) * (response_start + max(longest_with, 1)) > micro.tokens:
             out.append((i, j))
             i, longest_with = j, n
         longest = longest_with
@@ -115,10 +116,10 @@ def micro_batches(mask: torch.Tensor, response_start: int, cfg: TrainConfig) -> 
     return out
 
 
-def training_forward(model, cfg: TrainConfig):
-    """What the old-logp and training forwards call: ``model``, or with ``cfg.compile`` its compiled
+def training_forward(model, forward: Forward):
+    """What the old-logp and training forwards call: ``model``, or with ``forward.compile`` its compiled
     wrapper (``torch.compile(model, dynamic=True)``, built once per model, sharing its parameters)."""
-    if not cfg.compile:
+    if not forward.compile:
         return model
     compiled = model.__dict__.get("_respo_compiled")  # a plain attribute: not a submodule, not in state_dict
     if compiled is None:
@@ -127,24 +128,24 @@ def training_forward(model, cfg: TrainConfig):
     return compiled
 
 
-def forward_path(model, cfg: TrainConfig) -> str:
+def forward_path(model, forward: Forward) -> str:
     """How the run's forwards treat rows that share a prompt: ``"shared prompts"`` or
     ``"one forward per row (<why>)"``."""
-    if not cfg.share_prompts:
+    if not forward.share_prompts:
         why = "share_prompts is off"
-    elif cfg.compile:
+    elif forward.compile:
         why = "compile is on"
-    elif cfg.group_size < 2:
+    elif forward.group_size < 2:
         why = "group_size 1: no two rows share a prompt"
     else:
         why = can_share_prompts(model)
     return "shared prompts" if why is None else f"one forward per row ({why})"
 
 
-def _shared_rows(model, mb: Batch, cfg: TrainConfig, replay: torch.Tensor | None):
+def _shared_rows(model, mb: Batch, forward: Forward, replay: torch.Tensor | None):
     """``(first, group)`` of the micro-batch's rows that share a prompt (`prompt_groups`), or None where the
     run or the micro-batch takes one forward per row."""
-    if not forward_path(model, cfg).startswith("shared"):
+    if not forward_path(model, forward).startswith("shared"):
         return None
     share = prompt_groups(mb.input_ids, mb.attention_mask, mb.response_start)
     if share is None:
@@ -156,23 +157,23 @@ def _shared_rows(model, mb: Batch, cfg: TrainConfig, replay: torch.Tensor | None
     return share
 
 
-def score(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False, record: bool = False):
+def score(model, mb: Batch, forward: Forward, *, with_entropy: bool = False, record: bool = False):
     """One micro-batch's forward: ``(logp, entropy, routing)``.
 
-    ``token_logprobs`` of the micro-batch on the model's device in ``cfg.dtype`` (float32 (m, t) results),
+    ``token_logprobs`` of the micro-batch on the model's device in ``forward.dtype`` (float32 (m, t) results),
     its prompts shared where the rows share them (see the module docstring), under the run's MoE routing
     (`replayed_routing`). With ``record`` (an MoE policy) ``routing`` is what the current router picks,
     ``(m, L, n_layers, k)``; otherwise None.
     """
     device = next(model.parameters()).device
-    replay = replayed_routing(mb, cfg, model)
+    replay = replayed_routing(mb, forward, model)
     ids, attn, P = mb.input_ids.to(device), mb.attention_mask.to(device), mb.response_start
-    share = _shared_rows(model, mb, cfg, replay)
-    with mixed_precision(model, cfg.dtype):
+    share = _shared_rows(model, mb, forward, replay)
+    with mixed_precision(model, forward.dtype):
         if share is None:
             with ForwardRouting(model, replay=replay, record=record) as routing:
-                logp, ent = token_logprobs(training_forward(model, cfg), ids, attn, P, temperature=cfg.temperature,
-                                           with_entropy=with_entropy)
+                logp, ent = token_logprobs(training_forward(model, forward), ids, attn, P,
+                                           temperature=forward.temperature, with_entropy=with_entropy)
             return logp, ent, routing.current(length=ids.shape[1]) if record else None
         first, group = (x.to(device) for x in share)
         on_prompt = ForwardRouting(model, replay=None if replay is None else replay[first, :P], record=record)
@@ -183,7 +184,7 @@ def score(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False, rec
                                                 record=record)))
             return pieces[-1][1]
 
-        logp, ent = shared_prefix_token_logprobs(model, ids, attn, P, first, group, temperature=cfg.temperature,
+        logp, ent = shared_prefix_token_logprobs(model, ids, attn, P, first, group, temperature=forward.temperature,
                                                  with_entropy=with_entropy, prompt_context=lambda: on_prompt,
                                                  response_context=on_response)
     if not record:
@@ -199,7 +200,7 @@ def score(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False, rec
     return logp, ent, torch.cat([prompt_now[group.to(prompt_now.device)], response_now], dim=1)  # (m, L, n_layers, k)
 
 
-def forward_logprobs(model, mb: Batch, cfg: TrainConfig, *, with_entropy: bool = False):
+def forward_logprobs(model, mb: Batch, forward: Forward, *, with_entropy: bool = False):
     """`score` without routing: float32 (m, t) ``logp`` and ``entropy`` (or None)."""
-    logp, ent, _ = score(model, mb, cfg, with_entropy=with_entropy)
+    logp, ent, _ = score(model, mb, forward, with_entropy=with_entropy)
     return logp, ent

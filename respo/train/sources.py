@@ -26,7 +26,7 @@ import torch
 from respo.runtime.engines import RolloutEngine
 from respo.train.async_ import AsyncRollouts
 from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
-from respo.train.config import TrainConfig
+from respo.train.config import Rollouts
 from respo.train.metrics import timed
 from respo.train.policy import Policy
 from respo.train.rollout import recompute_logp, sample_rollout
@@ -68,18 +68,18 @@ class _RepeatedPrompts:
     """Counts a rollout's repeated prompt draws into the update record (``repeated_prompts``) and says
     once on stderr that they happen."""
 
-    def __init__(self, cfg: TrainConfig):
-        self.cfg, self.said = cfg, False
+    def __init__(self, rollouts: Rollouts):
+        self.group_size, self.train_pool, self.said = rollouts.sampling.group_size, rollouts.train_pool, False
 
     def note(self, rec: dict[str, Any], batch: Batch, draws: int) -> None:
-        repeated = repeated_prompts(batch, self.cfg.group_size)
+        repeated = repeated_prompts(batch, self.group_size)
         if not repeated:
             return
         rec["repeated_prompts"] = repeated
         if not self.said:
             self.said = True
             print(f"[respo] warning: a rollout step draws {draws} prompts from a training pool of "
-                  f"{self.cfg.train_pool}, so {repeated} of them repeat within the step (counted as repeated_prompts "
+                  f"{self.train_pool}, so {repeated} of them repeat within the step (counted as repeated_prompts "
                   f"in metrics.jsonl); raise train_pool or lower reuse x prompts to avoid it", file=sys.stderr,
                   flush=True)
 
@@ -87,26 +87,27 @@ class _RepeatedPrompts:
 class SyncReuseSource:
     """Reuse-N: each rollout step serves N consecutive updates (state in ``stream``, ``buffer``, ``generator``)."""
 
-    def __init__(self, policy: Policy, task, pool, cfg: TrainConfig, *, stream: PromptStream, buffer: RolloutBuffer,
+    def __init__(self, policy: Policy, task, pool, rollouts: Rollouts, *, stream: PromptStream, buffer: RolloutBuffer,
                  generator: torch.Generator, engine: RolloutEngine):
-        self.policy, self.task, self.pool, self.cfg = policy, task, pool, cfg
+        self.policy, self.task, self.pool, self.rollouts = policy, task, pool, rollouts
         self.stream, self.buffer, self.generator, self.engine = stream, buffer, generator, engine
-        self.repeats = _RepeatedPrompts(cfg)
+        self.repeats = _RepeatedPrompts(rollouts)
 
     def next(self, version: int) -> MiniBatch:
         rec: dict[str, Any] = {}
+        ro = self.rollouts
         if not self.buffer.remaining:  # a new rollout step with the current policy (version v)
             rec["time/sync"] = self.engine.sync_weights(self.policy.model)  # the engine samples version v
-            batch, sampled = sample_rollout(self.engine, self.task, self.pool,
-                                            self.stream.next(self.cfg.rollout_prompts), self.cfg, self.generator, version)
+            batch, sampled = sample_rollout(self.engine, self.task, self.pool, self.stream.next(ro.prompts),
+                                            ro.sampling, self.generator, version)
             rec.update(sampled)
             with timed(rec, "old_logp"):
-                batch.old_logp = behaviour_or_recomputed(self.policy.model, batch, self.cfg)
+                batch.old_logp = behaviour_or_recomputed(self.policy.model, batch, ro)
             self.buffer.put(batch)
         # every update record of a rollout step says how many of its prompt draws repeat (the step's whole
         # batch is in the buffer, checkpoints included, so a resumed run says it too)
-        self.repeats.note(rec, self.buffer.batch, self.cfg.rollout_prompts)
-        on_policy = self.buffer.next_index == 0 and not self.cfg.rollout_bypass
+        self.repeats.note(rec, self.buffer.batch, ro.prompts)
+        on_policy = self.buffer.next_index == 0 and not ro.correction.bypass
         return MiniBatch(self.buffer.take(), on_policy, rec)
 
     def after_update(self, model: torch.nn.Module, update: int, version: int) -> None:
@@ -121,34 +122,36 @@ class SyncReuseSource:
         pass
 
 
-def behaviour_or_recomputed(model: torch.nn.Module, batch: Batch, cfg: TrainConfig, *, start_row: int | None = None):
+def behaviour_or_recomputed(model: torch.nn.Module, batch: Batch, rollouts: Rollouts, *, start_row: int | None = None):
     """A rollout's ``old_logp``: recomputed by the trainer (rows from ``start_row``, by default the second
     mini-batch on: the first is trained before any update and takes the training forward itself), or with
     ``rollout_bypass`` the engine's own log-probs."""
-    if cfg.rollout_bypass:
+    if rollouts.correction.bypass:
         return batch.behaviour_logp.clone()
-    return recompute_logp(model, batch, cfg, start_row=cfg.mini_batch_seqs if start_row is None else start_row)
+    return recompute_logp(model, batch, rollouts.forward, mini_batch=rollouts.mini_batch,
+                          start_row=rollouts.mini_batch if start_row is None else start_row)
 
 
 class AsyncSource:
     """A rollout worker thread with its own snapshot model, generator and (shared) data cursor."""
 
-    def __init__(self, policy: Policy, task, pool, cfg: TrainConfig, *, stream: PromptStream, version: int,
-                 engine: RolloutEngine):
+    def __init__(self, policy: Policy, task, pool, rollouts: Rollouts, *, stream: PromptStream, version: int,
+                 engine: RolloutEngine, seed: int, sync_every: int, queue_size: int, max_staleness: int):
         snapshot = copy.deepcopy(policy.model)  # the behaviour policy: the engine samples it, old_logp scores it
         snapshot.requires_grad_(False)
         generator = torch.Generator(device=next(policy.model.parameters()).device)
-        generator.manual_seed(cfg.seed + WORKER_SEED_OFFSET)
-        self.sync_every, self.prompts, self.engine, self.snapshot = cfg.sync_every, cfg.prompts, engine, snapshot
-        self.repeats = _RepeatedPrompts(cfg)
+        generator.manual_seed(seed + WORKER_SEED_OFFSET)
+        self.sync_every, self.prompts, self.engine, self.snapshot = sync_every, rollouts.prompts, engine, snapshot
+        self.repeats = _RepeatedPrompts(rollouts)
         self._engine_lock = threading.Lock()  # the worker's sampling and syncs, or an evaluation: one at a time
         self._sync_s = [engine.sync_weights(snapshot)]  # weight-sync times, reported with the next mini-batch
 
         def produce(v: int) -> MiniBatch:
             with self._engine_lock:
-                batch, rec = sample_rollout(engine, task, pool, stream.next(cfg.prompts), cfg, generator, v)
+                batch, rec = sample_rollout(engine, task, pool, stream.next(rollouts.prompts), rollouts.sampling,
+                                            generator, v)
             with timed(rec, "old_logp"):
-                batch.old_logp = behaviour_or_recomputed(snapshot, batch, cfg, start_row=0)
+                batch.old_logp = behaviour_or_recomputed(snapshot, batch, rollouts, start_row=0)
             return MiniBatch(batch, False, {k.replace("time/", "time/worker_"): t for k, t in rec.items()})
 
         def load(state_dict: dict) -> None:  # on the worker thread, between batches
@@ -156,7 +159,7 @@ class AsyncSource:
             with self._engine_lock:
                 self._sync_s.append(engine.sync_weights(snapshot))
 
-        self.worker = AsyncRollouts(produce, load, queue_size=cfg.queue_size, max_staleness=cfg.max_staleness,
+        self.worker = AsyncRollouts(produce, load, queue_size=queue_size, max_staleness=max_staleness,
                                     initial_version=version).start()
 
     def next(self, version: int) -> MiniBatch:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from respo.core import Objective, group_advantages
+from respo.core import group_advantages
 from respo.errors import NonFiniteLogitsError, RespoError
 from respo.runtime import moe
 from respo.runtime.chat import render_for
@@ -35,7 +35,7 @@ from respo.runtime.precision import emulated_bf16_note, resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
 from respo.train.checkpoint import RunState, checkpoint_manifest, rng_state, set_rng_state, verify_checkpoint
-from respo.train.config import ConfigError, TrainConfig, config_to_dict, validate
+from respo.train.config import ConfigError, Rollouts, TrainConfig, config_to_dict, validate
 from respo.train.forward import forward_path
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
@@ -43,7 +43,7 @@ from respo.train.policy import Policy, load_run_policy
 from respo.train.rundir import (check_resume, check_writable, finished, lock_run_dir, prepare_run_dir, read_record,
                                 close_previous_end, reopen, resumed_entries, write_config)
 from respo.train.sources import AsyncSource, MiniBatchSource, SyncReuseSource
-from respo.train.update import make_optimizer, run_objective, update_step
+from respo.train.update import UpdateSettings, make_optimizer, update_step
 
 __all__ = ["train", "NonFiniteError"]
 
@@ -118,7 +118,8 @@ class _Run:
     pool: list
     held_out: list
     policy: Policy
-    objective: Objective
+    update: UpdateSettings  # what each update reads, its objective built once
+    rollouts: Rollouts  # what the mini-batch source reads
     state: RunState
     log: MetricsLogger
     engine: RolloutEngine  # samples the rollouts and evaluations (closed at the end of the loop)
@@ -189,10 +190,11 @@ class _Run:
         cfg, state = self.cfg, self.state
         engine = self.engine
         if cfg.mode == "sync":
-            return SyncReuseSource(self.policy, self.task, self.pool, cfg, stream=state.stream, buffer=state.buffer,
-                                   generator=state.generator, engine=engine)
-        return AsyncSource(self.policy, self.task, self.pool, cfg, stream=state.stream, version=state.version,
-                           engine=engine)
+            return SyncReuseSource(self.policy, self.task, self.pool, self.rollouts, stream=state.stream,
+                                   buffer=state.buffer, generator=state.generator, engine=engine)
+        return AsyncSource(self.policy, self.task, self.pool, self.rollouts, stream=state.stream, version=state.version,
+                           engine=engine, seed=cfg.seed, sync_every=cfg.sync_every, queue_size=cfg.queue_size,
+                           max_staleness=cfg.max_staleness)
 
 
 def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, changes: dict[str, list],
@@ -215,14 +217,14 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
     if cfg.routing_replay and not moe.is_moe(model):
         raise ConfigError(f"routing_replay needs a mixture-of-experts policy; {cfg.model!r} is dense")
     model.train()
-    objective = run_objective(cfg)  # built once per run
+    update = UpdateSettings.of(cfg)  # its objective built here, once per run
     state = RunState(*make_optimizer(model, cfg), stream=PromptStream(pool, cfg.seed),
                      buffer=RolloutBuffer(cfg.mini_batch_seqs),
                      generator=torch.Generator(device=device).manual_seed(cfg.seed), part_start=part_start)
     engine = make_engine(cfg.rollout_engine, model, policy.tokenizer, dtype=cfg.dtype, engine_dtype=cfg.engine_dtype,
                          threads=cfg.engine_threads, verbose=cfg.progress)
     record = {**settings, "policy": policy.info, "prompt_rendering": getattr(task, "rendering", "raw"),
-              "engine": engine.info, "forward": forward_path(model, cfg)}
+              "engine": engine.info, "forward": forward_path(model, update.forward)}
     if ckpt is not None:
         _check_same_start(run_dir, policy.info)
         state.load(ckpt, model)
@@ -233,7 +235,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, c
                 state.evals[f"update_{state.update}"] = state.evals.pop("after")
     write_config(run_dir, record)
     log = MetricsLogger(run_dir, tensorboard=cfg.tensorboard, resume_update=state.update if ckpt else None)
-    return _Run(run_dir, cfg, settings, task, pool, held_out, policy, objective, state, log, engine)
+    return _Run(run_dir, cfg, settings, task, pool, held_out, policy, update, Rollouts.of(cfg), state, log, engine)
 
 
 def _check_same_start(run_dir: Path, info: dict) -> None:
@@ -273,9 +275,8 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 batch = dataclasses.replace(mb.batch, adv=adv)
                 # -- update: one optimizer step on the objective; policy version v -> v + 1
                 with timed(rec, "train"):
-                    metrics, old_logp = update_step(model, state.optimizer, state.scheduler, batch, cfg,
-                                                    on_policy=mb.on_policy, objective=run.objective,
-                                                    version=state.version)
+                    metrics, old_logp = update_step(model, state.optimizer, state.scheduler, batch, run.update,
+                                                    on_policy=mb.on_policy, version=state.version)
                 rec.update(metrics)
                 rec.update(batch_metrics(batch, old_logp, state.version))
                 state.dropped += rec.get("dropped", 0)

@@ -17,9 +17,9 @@ from respo.runtime.logprobs import token_logprobs
 from respo.runtime.precision import device_problem, mixed_precision, resolve_device
 from respo.runtime.sampler import sample
 from respo.train.checkpoint import rng_state, set_rng_state
-from respo.train.config import ConfigError, apply_overrides, validate
+from respo.train.config import ConfigError, MicroBatching, apply_overrides, validate
 from respo.train.forward import micro_batches
-from respo.train.update import make_optimizer, update_step
+from respo.train.update import UpdateSettings, make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)
@@ -35,18 +35,18 @@ def _mask(lengths, T=16):
 
 
 def test_micro_batches_by_rows_are_unchanged():
-    assert micro_batches(_mask([1] * 8), 6, _cfg(micro_batch=0)) == [(0, 8)]
-    assert micro_batches(_mask([1] * 8), 6, _cfg(micro_batch=4)) == [(0, 4), (4, 8)]
+    assert micro_batches(_mask([1] * 8), 6, MicroBatching.of(_cfg(micro_batch=0))) == [(0, 8)]
+    assert micro_batches(_mask([1] * 8), 6, MicroBatching.of(_cfg(micro_batch=4))) == [(0, 4), (4, 8)]
 
 
 def test_micro_batches_by_tokens_by_hand():
     cfg = _cfg(micro_batch_tokens=40)
     # response_start 6: 4 rows of longest 4 cost 4 * (6 + 4) = 40 <= 40, one micro-batch
-    assert micro_batches(_mask([2, 4, 4, 1]), 6, cfg) == [(0, 4)]
+    assert micro_batches(_mask([2, 4, 4, 1]), 6, MicroBatching.of(cfg)) == [(0, 4)]
     # [2, 14] costs 2 * 20 = 40; adding row 2 would cost 3 * 20 = 60 > 40; then [4, 1] costs 2 * 10 = 20
-    assert micro_batches(_mask([2, 14, 4, 1]), 6, cfg) == [(0, 2), (2, 4)]
+    assert micro_batches(_mask([2, 14, 4, 1]), 6, MicroBatching.of(cfg)) == [(0, 2), (2, 4)]
     # a row over the budget on its own still gets a micro-batch: 1 * (6 + 16) = 22 > 20
-    assert micro_batches(_mask([16, 16, 1]), 6, _cfg(micro_batch_tokens=20)) == [(0, 1), (1, 2), (2, 3)]
+    assert micro_batches(_mask([16, 16, 1]), 6, MicroBatching.of(_cfg(micro_batch_tokens=20))) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_token_micro_batches_give_the_whole_batch_update(setup):
@@ -58,12 +58,12 @@ def test_token_micro_batches_give_the_whole_batch_update(setup):
         budget = int(batch.response_start + batch.mask.sum(1).max()) * 3  # three rows a micro-batch
         results = []
         for c in (cfg, apply_overrides(cfg, {"micro_batch_tokens": budget})):
-            assert len(micro_batches(batch.mask, batch.response_start, c)) == (1 if c is cfg else 3)
+            assert len(micro_batches(batch.mask, batch.response_start, MicroBatching.of(c))) == (1 if c is cfg else 3)
             model = copy.deepcopy(setup[0].model)
             # plain SGD with lr 1: the weights move by -grad (Adam would blow rounding up on near-zero grads)
             opt = torch.optim.SGD(model.parameters(), lr=1.0)
             sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: 1.0)
-            m, _ = update_step(model, opt, sched, batch, c)
+            m, _ = update_step(model, opt, sched, batch, UpdateSettings.of(c))
             results.append((m, [p.detach().clone() for p in model.parameters()]))
         (m0, w0), (m1, w1) = results
         torch.testing.assert_close(m1["loss"], m0["loss"], rtol=1e-5, atol=1e-6)
@@ -78,7 +78,7 @@ def test_token_micro_batches_keep_log_w_exactly_zero_on_policy(setup):
     batch = _rollout(setup, cfg, cfg.prompts)
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
-    m, old_logp = update_step(model, opt, sched, batch, cfg, on_policy=True)
+    m, old_logp = update_step(model, opt, sched, batch, UpdateSettings.of(cfg), on_policy=True)
     assert float(m["log_w/min"]) == 0.0 and float(m["log_w/max"]) == 0.0
     assert torch.equal(old_logp, batch.old_logp)
 
@@ -123,7 +123,7 @@ def test_bfloat16_update_step_runs_and_trains_float32_weights(setup):
     batch = _rollout(setup, cfg, cfg.prompts)
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
-    m, _ = update_step(model, opt, sched, batch, cfg, on_policy=True)
+    m, _ = update_step(model, opt, sched, batch, UpdateSettings.of(cfg), on_policy=True)
     assert float(m["log_w/min"]) == 0.0 and float(m["log_w/max"]) == 0.0  # same bf16 forward both times
     assert torch.isfinite(m["loss"]) and float(m["grad_norm"]) > 0
     assert all(p.dtype == torch.float32 for p in model.parameters())
@@ -164,7 +164,7 @@ def test_compile_option_trains_like_eager(setup):
         model = copy.deepcopy(setup[0].model)
         opt = torch.optim.SGD(model.parameters(), lr=1.0)  # weights move by -grad
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: 1.0)
-        update_step(model, opt, sched, batch, c)
+        update_step(model, opt, sched, batch, UpdateSettings.of(c))
         weights.append([p.detach().clone() for p in model.parameters()])
         assert "_respo_compiled" not in dict(model.named_modules())
         assert set(model.state_dict()) == set(setup[0].model.state_dict())
@@ -210,7 +210,7 @@ def test_cuda_update_matches_cpu(setup, dtype):
     for device in ("cpu", "cuda"):
         model = copy.deepcopy(setup[0].model).to(device)
         opt, sched = make_optimizer(model, cfg)
-        m, old = update_step(model, opt, sched, batch, cfg)
+        m, old = update_step(model, opt, sched, batch, UpdateSettings.of(cfg))
         assert old.device.type == "cpu" and m["loss"].device.type == "cpu"
         out.append((m, [p.detach().cpu() for p in model.parameters()]))
     (m_cpu, w_cpu), (m_gpu, w_gpu) = out

@@ -9,7 +9,7 @@ import torch
 
 from respo.core.mismatch import mismatch_metrics
 from respo.train.config import apply_overrides
-from respo.train.update import make_optimizer, update_step
+from respo.train.update import UpdateSettings, make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 
@@ -41,6 +41,6 @@ def test_a_nan_engine_log_prob_drops_and_counts_its_row_under_every_rule(setup, 
         bad.old_logp = bad.behaviour_logp  # bypass: the engine's log-probs are old_logp
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
-    metrics, _ = update_step(model, opt, sched, bad, cfg)
+    metrics, _ = update_step(model, opt, sched, bad, UpdateSettings.of(cfg))
     assert float(metrics["bad_rows/nonfinite"]) == 1.0
     assert math.isfinite(float(metrics["loss"])) and "skipped" not in metrics

@@ -16,11 +16,11 @@ from respo.runtime.logprobs import position_ids_from_mask, prompt_groups, shared
 from respo.runtime.models import build_policy
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
-from respo.train.config import apply_overrides
+from respo.train.config import Forward, Sampling, apply_overrides
 from respo.train.forward import forward_path
 from respo.train.policy import Policy
 from respo.train.rollout import recompute_logp, sample_rollout
-from respo.train.update import update_step
+from respo.train.update import UpdateSettings, update_step
 
 from trainer_support import small_cfg
 
@@ -90,7 +90,7 @@ def test_shared_prefix_matches_one_forward_per_row(preset, budget, monkeypatch):
 
 def _rollout(policy, task, pool, cfg, prompts):
     engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
-    batch, _ = sample_rollout(engine, task, pool, list(range(prompts)), cfg, torch.Generator().manual_seed(0), 0)
+    batch, _ = sample_rollout(engine, task, pool, list(range(prompts)), Sampling.of(cfg), torch.Generator().manual_seed(0), 0)
     batch.adv = group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
     return batch
 
@@ -118,14 +118,14 @@ def test_recompute_and_update_match_one_forward_per_row(model_name, extra):
     res = {}
     for shared in (False, True):
         c = apply_overrides(cfg, {"share_prompts": shared})
-        assert forward_path(model, c) == ("shared prompts" if shared else "one forward per row (share_prompts is off)")
-        old = recompute_logp(model, batch, c)  # (S, T)
+        assert forward_path(model, Forward.of(c)) == ("shared prompts" if shared else "one forward per row (share_prompts is off)")
+        old = recompute_logp(model, batch, Forward.of(c), mini_batch=c.mini_batch_seqs)  # (S, T)
         b = copy.copy(batch)
         b.old_logp = old
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: 1.0)
-        metrics, _ = update_step(m, opt, sched, b, c)
+        metrics, _ = update_step(m, opt, sched, b, UpdateSettings.of(c))
         res[shared] = (old, _grad(m), metrics)
     mask = batch.mask.bool()
     assert (res[True][0] - res[False][0])[mask].abs().max() <= LOGP_TOL
@@ -139,9 +139,9 @@ def test_recompute_and_update_match_one_forward_per_row(model_name, extra):
 def test_forward_path_names_each_fallback():
     tok = build_char_tokenizer()
     model = build_policy("tiny-dense", tok, seed=0)
-    assert forward_path(model, small_cfg(group_size=1)) == "one forward per row (group_size 1: no two rows share a prompt)"
-    assert forward_path(model, small_cfg(compile=True)) == "one forward per row (compile is on)"
-    assert forward_path(model, small_cfg()) == "shared prompts"
+    assert forward_path(model, Forward.of(small_cfg(group_size=1))) == "one forward per row (group_size 1: no two rows share a prompt)"
+    assert forward_path(model, Forward.of(small_cfg(compile=True))) == "one forward per row (compile is on)"
+    assert forward_path(model, Forward.of(small_cfg())) == "shared prompts"
 
 
 def test_rows_without_a_shared_prompt_take_one_forward_per_row():
@@ -151,8 +151,8 @@ def test_rows_without_a_shared_prompt_take_one_forward_per_row():
     task = get_task("addition", overlong=(12, 11))
     cfg = small_cfg(micro_batch=1, prompts=1, group_size=2)
     batch = _rollout(Policy(model, tok, {}), task, task.examples("train", 4, 0), cfg, 1)
-    a = recompute_logp(model, batch, cfg)
-    b = recompute_logp(model, batch, apply_overrides(cfg, {"share_prompts": False}))
+    a = recompute_logp(model, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs)
+    b = recompute_logp(model, batch, Forward.of(apply_overrides(cfg, {"share_prompts": False})), mini_batch=cfg.mini_batch_seqs)
     assert torch.equal(a, b)
 
 

@@ -14,11 +14,11 @@ import respo
 from respo.runtime.models import build_policy
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
-from respo.train.config import TrainConfig, apply_overrides
+from respo.train.config import Forward, Sampling, TrainConfig, apply_overrides
 from respo.train.policy import Policy
 from respo.runtime.engines.respo import RespoEngine
 from respo.train.rollout import recompute_logp, sample_rollout
-from respo.train.update import make_optimizer, update_step
+from respo.train.update import UpdateSettings, make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)
@@ -38,7 +38,7 @@ def test_on_policy_first_update_has_log_w_exactly_zero_for_every_objective(setup
         model = copy.deepcopy(setup[0].model)
         opt, sched = make_optimizer(model, cfg)
         c = apply_overrides(cfg, {"objective": name, "objective_kwargs": KWARGS.get(name, {})})
-        m, _ = update_step(model, opt, sched, batch, c)
+        m, _ = update_step(model, opt, sched, batch, UpdateSettings.of(c))
         assert float(m["log_w/min"]) == 0.0 and float(m["log_w/max"]) == 0.0, name
         assert torch.isfinite(m["loss"]) and float(m["grad_norm"]) > 0, name
 
@@ -56,7 +56,7 @@ def test_on_policy_shortcut_equals_recomputation(setup):
             b.old_logp = torch.zeros_like(b.mask)
         model = copy.deepcopy(setup[0].model)
         opt, sched = make_optimizer(model, cfg)
-        _, old_logp = update_step(model, opt, sched, b, cfg, on_policy=on_policy)
+        _, old_logp = update_step(model, opt, sched, b, UpdateSettings.of(cfg), on_policy=on_policy)
         weights.append([p.detach().clone() for p in model.parameters()])
         assert torch.equal(old_logp, batch.old_logp)
         if on_policy:
@@ -72,8 +72,8 @@ def test_staleness_k_minus_1_changes_log_w(setup):
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
     rows = cfg.mini_batch_seqs
-    m1, _ = update_step(model, opt, sched, batch.rows(0, rows), cfg)
-    m2, _ = update_step(model, opt, sched, batch.rows(rows, 2 * rows), cfg)
+    m1, _ = update_step(model, opt, sched, batch.rows(0, rows), UpdateSettings.of(cfg))
+    m2, _ = update_step(model, opt, sched, batch.rows(rows, 2 * rows), UpdateSettings.of(cfg))
     assert float(m1["log_w/min"]) == 0.0 == float(m1["log_w/max"])
     assert float(m2["log_w/max"]) - float(m2["log_w/min"]) > 0
 
@@ -91,7 +91,7 @@ def test_micro_batching_does_not_change_the_update(setup, agg):
         c = apply_overrides(cfg, {"micro_batch": micro})
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: 1.0)
-        m, _ = update_step(model, opt, sched, batch, c)
+        m, _ = update_step(model, opt, sched, batch, UpdateSettings.of(c))
         after.append((torch.cat([p.detach().flatten() for p in model.parameters()]), m))
     (w0, m0), (w1, m1) = after
     assert torch.allclose(m0["loss"], m1["loss"], atol=1e-6, rtol=1e-5)
@@ -113,13 +113,13 @@ def test_moe_routing_recorded_replayed_and_shift_logged(replay):
     cfg = _cfg(model="tiny-moe", routing_replay=replay, micro_batch=4)
     policy = Policy(model, tok, {})
     engine = RespoEngine(policy.model, policy.tokenizer, dtype=cfg.dtype)
-    batch, _ = sample_rollout(engine, task, pool, [0, 1], cfg, torch.Generator().manual_seed(0), 0)
+    batch, _ = sample_rollout(engine, task, pool, [0, 1], Sampling.of(cfg), torch.Generator().manual_seed(0), 0)
     batch.adv = respo.group_advantages(batch.rewards, cfg.group_size, kind=cfg.adv_kind)  # (S,)
     L, n_layers, k = batch.input_ids.shape[1], model.config.num_hidden_layers, model.config.num_experts_per_tok
     assert batch.routing is not None and tuple(batch.routing.shape) == (8, L, n_layers, k)
-    batch.old_logp = recompute_logp(model, batch, cfg)
+    batch.old_logp = recompute_logp(model, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs)
     opt, sched = make_optimizer(model, cfg)
-    m, _ = update_step(model, opt, sched, batch, cfg)
+    m, _ = update_step(model, opt, sched, batch, UpdateSettings.of(cfg))
     assert float(m["log_w/min"]) == 0.0 == float(m["log_w/max"])
     assert 0.0 <= float(m["router_shift"]) < 0.05
     # per-layer shift and the rollout's expert load are logged too; with replay the training forward uses
@@ -209,7 +209,7 @@ def test_grad_clipped_says_whether_clipping_fired(setup, grad_clip, clipped):
     batch = _rollout(setup, cfg, cfg.prompts)
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
-    m, _ = update_step(model, opt, sched, batch, cfg)
+    m, _ = update_step(model, opt, sched, batch, UpdateSettings.of(cfg))
     assert float(m["grad_norm"]) > 1e-6
     assert float(m["grad_clipped"]) == clipped
 
@@ -238,14 +238,14 @@ def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
     batch = _rollout(setup, cfg, cfg.prompts)
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
-    update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "reinforce"}))  # now batch is stale
+    update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "reinforce"})))  # now batch is stale
     runs = {}
     for name, kw in (("decoupled", {"cap": 1.02}), ("mis", {"level": "token", "lo": 0.0, "hi": 1.02})):
         m = copy.deepcopy(model)
         o, s = make_optimizer(m, cfg)
         grads, step = [], o.step
         o.step = lambda *a, **k: (grads.extend(p.grad.clone() for p in m.parameters() if p.grad is not None), step(*a, **k))[1]
-        metrics, _ = update_step(m, o, s, batch, apply_overrides(cfg, {"objective": name, "objective_kwargs": kw}))
+        metrics, _ = update_step(m, o, s, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": name, "objective_kwargs": kw})))
         runs[name] = (grads, metrics)
     (g_dec, m_dec), (g_mis, m_mis) = runs["decoupled"], runs["mis"]
     assert 0 < float(m_dec["corr/mask_frac"]) < 1 and float(m_dec["corr/mask_frac"]) == float(m_mis["corr/mask_frac"])
@@ -265,11 +265,11 @@ def test_m2po_diagnostics_describe_the_mask_each_micro_batch_applied(setup):
     batch = _rollout(setup, cfg, cfg.prompts)
     model = copy.deepcopy(setup[0].model)
     opt, sched = make_optimizer(model, cfg)
-    update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "reinforce"}))  # now batch is stale
+    update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "reinforce"})))  # now batch is stale
     before = copy.deepcopy(model)
     tau = 1e-4  # small enough that each micro-batch drops some tokens
-    metrics, _ = update_step(model, opt, sched, batch, apply_overrides(cfg, {"objective": "m2po", "objective_kwargs": {"tau": tau}}))
-    logp = recompute_logp(before, batch, cfg)  # π_θ before the step, per micro-batch as the training forward saw it
+    metrics, _ = update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "m2po", "objective_kwargs": {"tau": tau}})))
+    logp = recompute_logp(before, batch, Forward.of(cfg), mini_batch=cfg.mini_batch_seqs)  # π_θ before the step, per micro-batch as the training forward saw it
     log_w = C.token_log_weight(logp, batch.old_logp, batch.mask)
     valid = batch.mask > 0
     applied = torch.cat([C.m2po_keep(log_w[i:i + 2], batch.mask[i:i + 2], tau) for i in range(0, len(batch.mask), 2)])

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from cli_support import one_error_line, records, train_cli
 from respo.train.config import ConfigError, load_config
-from respo.train.update import make_optimizer, update_step
+from respo.train.update import UpdateSettings, make_optimizer, update_step
 from trainer_support import rollout as _rollout, setup, small_cfg as _cfg  # noqa: F401 (setup is a fixture)
 
 torch.set_num_threads(1)
@@ -32,7 +32,7 @@ def test_a_non_finite_step_changes_nothing(setup):
         for b in steps:
             weights, moments, schedule = (copy.deepcopy(x) for x in (model.state_dict(), opt.state_dict(),
                                                                      sched.state_dict()))
-            m, _ = update_step(model, opt, sched, b, cfg)
+            m, _ = update_step(model, opt, sched, b, UpdateSettings.of(cfg))
             if b is bad:
                 assert m["skipped"] == 1
                 assert not math.isfinite(float(m["loss"])) or not math.isfinite(float(m["grad_norm"]))
