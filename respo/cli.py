@@ -354,17 +354,18 @@ def _cmd_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_hyperparameters(args: argparse.Namespace) -> int:
-    """Each objective (all, or those named) with its default aggregation, hyperparameters and source."""
-    from respo.core.objectives import OBJECTIVES, default_agg_mode, hyperparameters, objective_source
+    """Each objective (all, or those named) with its default aggregation, hyperparameters, source and loss."""
+    from respo.core.objectives import OBJECTIVES
+    from respo.core.registry import format_hyperparameters, get_spec
 
     names = args.objectives or list(OBJECTIVES)
     unknown = [n for n in names if n not in OBJECTIVES]
     if unknown:
         raise RespoError(f"unknown objective(s) {', '.join(unknown)}; valid objectives: {', '.join(sorted(OBJECTIVES))}")
     for name in names:
-        params = ", ".join(f"{k}={v!r}" for k, v in hyperparameters(name).items()) or "none"
-        print(f"{name}\n  aggregation: {default_agg_mode(name)}\n  hyperparameters: {params}\n"
-              f"  source: {objective_source(name)}")  # fmt: skip
+        spec = get_spec(name)
+        print(f"{name}\n  aggregation: {spec.default_agg}\n  hyperparameters: {format_hyperparameters(name) or 'none'}\n"
+              f"  source: {spec.source}\n  loss: {spec.summary}")  # fmt: skip
     return 0
 
 
@@ -432,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("hyperparameters", help="every objective's hyperparameters, defaults and source",
                        description="Each objective with its default aggregation, its hyperparameters with their "
-                                   "published defaults, and the publication and framework setting they come from.")
+                                   "published defaults, the publication and framework setting they come from, "
+                                   "and its loss in one line.")
     p.add_argument("objectives", nargs="*", help="objectives to list (default: all)")
     p.set_defaults(func=_cmd_hyperparameters)
 

@@ -28,34 +28,34 @@ from respo.core.moe_diagnostics import (
     router_shift,
     routing_dtype,
 )
+from respo.core import objectives as _objectives
 from respo.core.objectives import (
     OBJECTIVES,
     Objective,
     build_objective,
-    cispo_loss,
     get_objective,
-    gmpo_loss,
-    grpo_loss,
-    gspo_loss,
     hyperparameters,
     kernel_from_spec,
     policy_loss,
-    reinforce_loss,
-    reshaped_loss,
-    respo_loss,
-    sapo_loss,
     sequence_kernels,
-    topr_loss,
-    vespo_loss,
 )
 from respo.core.ratios import fold_rollout_log_ratio, sequence_log_ratio, token_log_ratio
 
+# ``<name>_loss`` of every objective in the registry (``respo.core.objectives``), those registered later too
+globals().update({name: getattr(_objectives, name) for name in _objectives.LOSS_FUNCTIONS})
+
+
+def __getattr__(attr: str):
+    if _objectives.loss_function_name(attr) is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+    return getattr(_objectives, attr)
+
+
 __all__ = [
     "ADVANTAGE_KINDS", "AGG_MODES", "OBJECTIVES", "Objective", "RESPO_NEG", "RESPO_POS", "VESPO_NEG", "VESPO_POS",
-    "agg_loss", "build_objective", "cispo_loss", "fold_rollout_log_ratio", "get_objective", "gmpo_loss", "group_advantages", "grpo_loss", "gspo_loss",
-    "hyperparameters", "kernel_from_spec", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_kernel",
-    "respo_loss", "respo_phi", "sapo_loss", "sequence_kernels", "sequence_log_ratio", "token_log_ratio", "topr_loss",
-    "truncated_kernel", "two_branch", "unit_kernel", "vespo_kernel", "vespo_loss", "vespo_phi",
+    "agg_loss", "build_objective", "fold_rollout_log_ratio", "get_objective", "group_advantages", "hyperparameters",
+    "kernel_from_spec", "policy_loss", "respo_kernel", "respo_phi", "sequence_kernels", "sequence_log_ratio",
+    "token_log_ratio", "truncated_kernel", "two_branch", "unit_kernel", "vespo_kernel", "vespo_phi",
     "weight_diagnostics", "LoadBalance", "RouterShift", "expert_load", "load_balance", "missing_index", "moe_metrics",
-    "router_shift", "routing_dtype",
+    "router_shift", "routing_dtype", *_objectives.LOSS_FUNCTIONS,
 ]  # fmt: skip

@@ -228,6 +228,20 @@ def check_positive(name: str, value, *, what: str, allow_zero: bool = False) -> 
     return x
 
 
+def check_bool(name: str, value, *, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{what}: {name} must be true or false, got {value!r}")
+    return value
+
+
+def check_fraction(name: str, value, *, what: str) -> float:
+    """A share of the tokens, in (0, 1]."""
+    x = check_positive(name, value, what=what)
+    if x > 1:
+        raise ValueError(f"{what}: {name} is a fraction of the tokens, in (0, 1], got {x}")
+    return x
+
+
 def check_choice(name: str, value, choices: Tuple[str, ...], *, what: str) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{what}: {name} must be one of {choices}, got {value!r}")

@@ -10,29 +10,55 @@ into a per-token loss ℓ_it (with grad) and a detached gradient coefficient c_i
 rollout-correction log weight π_old/π_rollout (training/inference mismatch); it is folded into
 log w, so w is the weight of the current policy against the policy that actually sampled.
 
-REINFORCE-shaped corrections (verl's ``bypass_mode`` with ``loss_type="reinforce"``: the stale
-policy is the only "old" policy and the correction is a detached coefficient on −Â·logp):
-
-    tis     ℓ = −sg(min(w, C))·Â·logp                       truncated IS, token or sequence level
-    mis     ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp                masked IS, token or sequence level
-    icepop  mis at token level with [lo, hi] = [0.5, 5]
+REINFORCE-shaped corrections (tis, mis, icepop, dppo_*: verl's ``bypass_mode`` with ``loss_type="reinforce"``,
+where the stale policy is the only "old" policy and the correction is a detached coefficient on −Â·logp) use
 
     token level:    w_it = exp(clamp(log w_it, ±20))
     sequence level: w_i  = exp(clamp(Σ_t m_it log w_it, ±20)), the same for every token of row i
 
-Ratio-shaped corrections (the gradient flows through r = π_θ/π_·):
-
-    m2po       ℓ = −M_it·r_it·Â_it, r = exp(log w); M drops the tokens with the largest (log r)²
-               until the mean of (log r)² over the kept tokens of the batch is below τ
-    decoupled  ℓ = b_it·PPO(π_θ/π_prox), b = π_prox/π_old capped at C (masked or truncated)
-    opsm       ℓ = K_i·PPO(π_θ/π_old),  K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ, else 1
+and the ratio-shaped ones (m2po, decoupled, opsm) let the gradient flow through r = π_θ/π_·, with
 
     PPO(r) = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â), and min(·, −c·Â) for Â < 0 when a dual clip c is set.
 
-    dppo_tv/kl ℓ = −M_it·sg(min(r, C))·ρ·Â·logp, M = ``dppo_keep`` (probability TV or binary KL past δ)
-    kl_reject_keep   the tokens a k1/k2/k3 estimate (per token, row mean/sum/max) and a veto keep
-    batch_normalize  (tis, mis) the weights divided by their batch mean (``batch_mean_weight``)
-    loglinear_prox_logp  AReaL's log π_prox ≈ log π_old + α(log π_θ − log π_old), α = clamp((s−1)/s, 0, 1)
+Each correction is a pure function here (``tis``, ``mis``, ...) and an objective registered beside it
+(``policy_loss("tis", ...)``), whose factory checks the hyperparameters and has the function's defaults
+(``same_defaults_as``: a default that differs is refused when it is registered).
+
+The corrections (``python scripts/catalogue.py`` writes the list from the registry):
+
+    tis            −sg(min(w, C))·Â·logp, w per token or per sequence (W_i on every token of row i)
+                   level='sequence', cap=2.0, batch_normalize=False; token-mean
+                   TIS, Yao et al. (2025); verl 0.9.1 rollout_correction, its bypass_pg_is preset (sequence, C = 2)
+    mis            −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced
+                   level='sequence', lo=0.0, hi=3.0, batch_normalize=False; token-mean
+                   MIS, Liu, Li et al. (2025); TRL 1.16 vllm_importance_sampling_mode='sequence_mask', clip_max 3
+    icepop         mis at token level on [0.5, 5]
+                   lo=0.5, hi=5.0; token-mean
+                   IcePop, Ring-1T, arXiv 2510.18855; verl 0.9.1 bypass_pg_token_icepop preset, [0.5, 5]
+    m2po           −M·r·Â, M drops the largest (log r)² until their batch mean is below τ (not micro-batch
+                   invariant)
+                   tau=0.04; token-mean
+                   M2PO, Zheng et al. (2025), arXiv 2510.01161; AReaL actor.m2_threshold = 0.04
+    decoupled      b·PPO(π_θ/π_prox), b = π_prox/π_old masked (or truncated) above C; ``prox_logp`` optional (the
+                   current policy by default), or AReaL's ``prox_method='loglinear'``
+                   clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None, cap=5.0, cap_mode='mask',
+                   prox_method='given'; token-mean
+                   Hilton et al. (2022), arXiv 2110.00641; AReaL use_decoupled_loss, behav_imp_weight_cap 5
+    opsm           K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ
+                   delta=0.5, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None; token-mean
+                   OPSM, DeepSeek-V3.2, arXiv 2512.02556 eq. 9; TRL 1.16 off_policy_mask_threshold (its example 0.5)
+    dppo_tv        −M·sg(min(r, C))·ρ·Â·logp, M drops tokens whose probability moved past δ along Â's push
+                   delta_low=0.15, delta_high=0.15, cap=10000.0; token-mean
+                   DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_tv', its DPPO recipe (δ = 0.15, C = 1e4)
+    dppo_kl        dppo_tv's mask with the sampled token's binary KL in place of the probability change
+                   delta_low=0.05, delta_high=0.05, cap=10000.0; token-mean
+                   DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_kl', its DPPO recipe (δ = 0.05, C = 1e4)
+
+The pieces they share: ``m2po_keep`` (the tokens with the largest (log r)² dropped until the mean of the
+kept ones is below τ), ``opsm_keep``, ``dppo_keep`` (probability TV or binary KL past δ),
+``kl_reject_keep`` (the tokens a k1/k2/k3 estimate, per token or row mean/sum/max, and a veto keep),
+``batch_mean_weight`` (``batch_normalize`` in tis and mis: the weights divided by their batch mean) and
+``loglinear_prox_logp`` (AReaL's log π_prox ≈ log π_old + α(log π_θ − log π_old), α = clamp((s−1)/s, 0, 1)).
 
 M2PO's selection is over the whole batch passed in, so it is NOT invariant to micro-batching:
 splitting a batch changes which tokens are masked (every other correction here decides per token
@@ -64,33 +90,21 @@ Diagnostics (``correction_diagnostics``), detached 0-d tensors, NaN for an empty
 Signs follow the sequence advantage Â_i (the masked token mean of Â_it). Truncation (TIS,
 decoupled ``truncate``) reduces a weight without silencing it; PPO clipping inside decoupled and
 OPSM is the base objective's, not the correction's, and is reported by the clip fractions.
-
-References:
-    TIS: Yao et al. (2025), "Your efficient RL framework secretly brings you off-policy RL training";
-        verl ``algorithm.rollout_correction`` (``rollout_is``, ``rollout_is_threshold`` = 2.0).
-    MIS: Liu et al. (2025), "When speed kills stability"; TRL ``vllm_importance_sampling_mode``
-        ``sequence_mask`` with ``vllm_importance_sampling_clip_max`` = 3.0 (its default).
-    IcePop: Ling Team (2025), Ring-1T, arXiv 2510.18855; verl ``bypass_pg_token_icepop`` (0.5, 5.0).
-    M2PO: Zheng et al. (2025), "Prosperity before collapse", arXiv 2510.01161; AReaL
-        ``actor.m2_threshold`` = 0.04.
-    Decoupled PPO: Hilton et al. (2022), "Batch size-invariance for policy optimization",
-        arXiv 2110.00641; Fu et al. (2025), AReaL, arXiv 2505.24298 (``use_decoupled_loss``,
-        ``behav_imp_weight_cap``).
-    OPSM: DeepSeek-AI (2025), DeepSeek-V3.2, arXiv 2512.02556, eq. 9; TRL ``off_policy_mask_threshold``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from respo.core.checks import (LEVELS, check_band, check_cap, check_choice, check_clip, check_level,  # noqa: F401
-                               check_number, check_positive)  # fmt: skip
-from respo.core.diagnostics import stat_dtype
+from respo.core.checks import (LEVELS, LossInputs, check_band, check_bool, check_cap, check_choice,  # noqa: F401
+                               check_clip, check_level, check_number, check_positive)  # fmt: skip
+from respo.core.diagnostics import masked_frac, stat_dtype
 from respo.core.ratios import LOG_W_CLAMP, ppo_clip
+from respo.core.registry import Term, TermFn, objective
 
 CAP_MODES = ("mask", "truncate")
 
@@ -254,6 +268,21 @@ def _normalised(coef: torch.Tensor, mask: torch.Tensor, level: str, batch_normal
     return coef / mean, {"corr/batch_norm_factor": mean[:, 0].mean()}
 
 
+def correction_term(name: str, apply: Callable[[LossInputs], Correction]) -> TermFn:
+    """The term of a correction's objective: ``apply(inputs)``'s loss and coefficient, and its diagnostics
+    (``correction_diagnostics``) in the metrics."""
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        corr = apply(inputs)
+        with torch.no_grad():
+            log_w = token_log_weight(inputs.logp, inputs.old_logp, inputs.mask, inputs.rollout_log_ratio)
+            metrics = correction_diagnostics(corr, log_w, inputs.adv, inputs.seq_adv, inputs.mask)
+        return Term(corr.values, corr.coef, metrics)
+
+    term.__name__ = f"{name}_term"
+    return term
+
+
 def tis(logp, old_logp, adv, mask, *, level: str = "sequence", cap: float = 2.0, batch_normalize: bool = False,
         log_rho=None, groups=None) -> Correction:  # fmt: skip
     """TIS: ℓ = −sg(min(w, C))·Â·logp (token or sequence w; see the module docstring); with
@@ -263,6 +292,25 @@ def tis(logp, old_logp, adv, mask, *, level: str = "sequence", cap: float = 2.0,
     coef, metrics = _normalised(coef, mask, level, batch_normalize, groups)
     valid = _valid(mask)
     return Correction(-(coef * adv) * logp, coef, cut & valid, _nothing(cut), level, metrics)
+
+
+@objective("tis", family="correction", same_defaults_as=tis,
+           summary="−sg(min(w, C))·Â·logp, w per token or per sequence (W_i on every token of row i)",
+           source="TIS, Yao et al. (2025); verl 0.9.1 rollout_correction, its bypass_pg_is preset (sequence, C = 2)")
+def _tis_objective(level: str = "sequence", cap: float = 2.0, batch_normalize: bool = False) -> TermFn:
+    """TIS: ℓ = −sg(min(w, C))·Â·logp with w = π_θ/π_old·ρ per token or per sequence (W_i on every token).
+
+    REINFORCE-shaped, as verl's bypass mode with ``loss_type="reinforce"``; defaults are verl's
+    ``rollout_is="sequence"``, ``rollout_is_threshold=2.0`` (its ``bypass_pg_is`` preset).
+    Metrics ``corr/trunc_frac`` (/pos, /neg): the share of sequences (tokens) whose weight the cap cut.
+    ``batch_normalize``: divide the truncated weights by their batch mean (verl's
+    ``rollout_is_batch_normalize``; within each of ``row_groups``, so not micro-batch invariant).
+    """
+    level = check_level(level, what="tis")
+    cap = check_cap(cap, what="tis")
+    norm = check_bool("batch_normalize", batch_normalize, what="tis")
+    return correction_term("tis", lambda i: tis(i.logp, i.old_logp, i.adv, i.mask, level=level, cap=cap,
+                                                batch_normalize=norm, log_rho=i.rollout_log_ratio, groups=i.row_groups))
 
 
 def mis(logp, old_logp, adv, mask, *, level: str = "sequence", lo: float = 0.0, hi: float = 3.0,
@@ -276,9 +324,36 @@ def mis(logp, old_logp, adv, mask, *, level: str = "sequence", lo: float = 0.0, 
     return Correction(-(coef * adv) * logp, coef, _nothing(out), out & valid, level, metrics)
 
 
+@objective("mis", family="correction", same_defaults_as=mis,
+           summary="−sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced",
+           source="MIS, Liu, Li et al. (2025); TRL 1.16 vllm_importance_sampling_mode='sequence_mask', clip_max 3")
+def _mis_objective(level: str = "sequence", lo: float = 0.0, hi: float = 3.0, batch_normalize: bool = False) -> TermFn:
+    """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced.
+
+    Defaults are TRL's ``vllm_importance_sampling_mode="sequence_mask"`` with ``clip_max=3.0`` (no lower
+    bound); verl's Seq-MIS preset uses [0.5, 2]. Metrics ``corr/mask_frac``, ``corr/silenced_adv_share/pos``, ...
+    ``batch_normalize``: divide the weights by their batch mean, as ``tis``.
+    """
+    level = check_level(level, what="mis")
+    lo, hi = check_band(lo, hi, what="mis")
+    norm = check_bool("batch_normalize", batch_normalize, what="mis")
+    return correction_term("mis", lambda i: mis(i.logp, i.old_logp, i.adv, i.mask, level=level, lo=lo, hi=hi,
+                                                batch_normalize=norm, log_rho=i.rollout_log_ratio, groups=i.row_groups))
+
+
 def icepop(logp, old_logp, adv, mask, *, lo: float = 0.5, hi: float = 5.0, log_rho=None) -> Correction:
     """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp, [α, β] = [0.5, 5]."""
     return mis(logp, old_logp, adv, mask, level="token", lo=lo, hi=hi, log_rho=log_rho)
+
+
+@objective("icepop", family="correction", same_defaults_as=icepop, summary="mis at token level on [0.5, 5]",
+           source="IcePop, Ring-1T, arXiv 2510.18855; verl 0.9.1 bypass_pg_token_icepop preset, [0.5, 5]")
+def _icepop_objective(lo: float = 0.5, hi: float = 5.0) -> TermFn:
+    """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp with [α, β] = [0.5, 5] (verl's
+    ``bypass_pg_token_icepop``)."""
+    lo, hi = check_band(lo, hi, what="icepop")
+    return correction_term("icepop", lambda i: icepop(i.logp, i.old_logp, i.adv, i.mask, lo=lo, hi=hi,
+                                                      log_rho=i.rollout_log_ratio))
 
 
 def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None, groups=None) -> Correction:
@@ -291,6 +366,20 @@ def m2po(logp, old_logp, adv, mask, *, tau: float = 0.04, log_rho=None, groups=N
     k = keep.to(ratio.dtype)
     valid = _valid(mask)
     return Correction(-(k * adv) * ratio, k * ratio.detach(), _nothing(keep), valid & ~keep, "token", {})
+
+
+@objective("m2po", family="correction", same_defaults_as=m2po,
+           summary="−M·r·Â, M drops the largest (log r)² until their batch mean is below τ (not micro-batch invariant)",
+           source="M2PO, Zheng et al. (2025), arXiv 2510.01161; AReaL actor.m2_threshold = 0.04")
+def _m2po_objective(tau: float = 0.04) -> TermFn:
+    """M2PO: ℓ = −M_it·r_it·Â_it (gradient through r = π_θ/π_old·ρ), M drops the tokens with the largest
+    (log r)² until the mean (log r)² of the kept tokens of the batch is below τ (AReaL ``m2_threshold``).
+
+    The selection spans the batch of the call, so M2PO is not invariant to micro-batching.
+    """
+    tau = check_positive("tau", tau, what="m2po")
+    return correction_term("m2po", lambda i: m2po(i.logp, i.old_logp, i.adv, i.mask, tau=tau, log_rho=i.rollout_log_ratio,
+                                                  groups=i.row_groups))  # fmt: skip
 
 
 def _clip_metrics(clip, mask: torch.Tensor) -> Metrics:
@@ -343,6 +432,34 @@ def decoupled(
                       {**_clip_metrics(clip, mask), **metrics})  # fmt: skip
 
 
+@objective("decoupled", family="correction", same_defaults_as=decoupled, optional_inputs=("prox_logp", "staleness"),
+           summary="b·PPO(π_θ/π_prox), b = π_prox/π_old masked (or truncated) above C; ``prox_logp`` optional "
+                   "(the current policy by default), or AReaL's ``prox_method='loglinear'``",
+           source="Hilton et al. (2022), arXiv 2110.00641; AReaL use_decoupled_loss, behav_imp_weight_cap 5")  # fmt: skip
+def _decoupled_objective(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: Optional[float] = None,
+                         cap: float = 5.0, cap_mode: str = "mask", prox_method: str = "given") -> TermFn:  # fmt: skip
+    """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old·ρ masked above C (``cap_mode="mask"``,
+    AReaL's ``behav_imp_weight_cap``) or truncated at C (``"truncate"``, verl's decoupled mode).
+
+    ``prox_logp`` (B, T), optional: the proximal policy's log-probs (the policy at the start of the
+    update). Left out, π_prox is the current policy (logp detached): exact when a batch gets one
+    optimizer step, as in respo's trainer, where r = 1 and ∇L = −agg[b·Â·∇logp].
+
+    ``prox_method="loglinear"``: AReaL's log-linear proximal policy instead, log π_prox = log π_old +
+    α·(log π_θ − log π_old), α = clamp((s − 1)/s, 0, 1), from the per-token ``staleness`` s (B, T), the
+    updates since the token was sampled (no proximal forward); a ``prox_logp`` passed too is compared
+    with it (``prox/abs_error``, ``prox/weight_error``).
+    """
+    low, high, c = check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="decoupled")
+    cap = check_cap(cap, what="decoupled")
+    mode = check_cap_mode(cap_mode, what="decoupled")
+    method = check_choice("prox_method", prox_method, PROX_METHODS, what="decoupled")
+    return correction_term("decoupled", lambda i: decoupled(
+        i.logp, i.old_logp, i.adv, i.mask, prox_logp=i.extra.get("prox_logp"), clip_ratio_low=low,
+        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, prox_method=method, log_rho=i.rollout_log_ratio,
+        staleness=i.extra.get("staleness")))  # fmt: skip
+
+
 def _prox_error(approx: torch.Tensor, given: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> Metrics:
     """How far an approximated log π_prox is from the given one over the valid tokens (detached)."""
     clamp = LOG_W_CLAMP
@@ -370,6 +487,23 @@ def opsm(
     coef = k * ratio.detach() * clip.active.to(ratio.dtype)
     silenced = (~keep).expand_as(valid) & valid
     return Correction(k * clip.loss, coef, _nothing(valid), silenced, "sequence", _clip_metrics(clip, mask))
+
+
+@objective("opsm", family="correction", same_defaults_as=opsm,
+           summary="K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ",
+           source="OPSM, DeepSeek-V3.2, arXiv 2512.02556 eq. 9; TRL 1.16 off_policy_mask_threshold (its example 0.5)")
+def _opsm_objective(delta: float = 0.5, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
+                    clip_ratio_c: Optional[float] = None) -> TermFn:  # fmt: skip
+    """OPSM (DeepSeek-V3.2): ℓ = K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 whose mean per-token
+    KL_i = mean_t(log π_old − log π_θ − log ρ) exceeds δ (TRL ``off_policy_mask_threshold``).
+
+    Default δ = 0.5 is TRL's documented example; the clip is TRL's default loss (ε = 0.2, no dual clip).
+    """
+    delta = check_positive("delta", delta, what="opsm", allow_zero=True)
+    low, high, c = check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="opsm")
+    return correction_term("opsm", lambda i: opsm(
+        i.logp, i.old_logp, i.adv, i.seq_adv, i.mask, delta=delta, clip_ratio_low=low, clip_ratio_high=high,
+        clip_ratio_c=c, log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
 def dppo_keep(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, divergence: str, delta_low: float,
@@ -412,13 +546,41 @@ def _dppo(logp, old_logp, adv, mask, divergence, delta_low, delta_high, cap, log
     rho = 1.0 if log_rho is None else torch.exp(log_rho.detach().clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
     coef = ratio.clamp(max=cap) * keep.to(ratio.dtype) * rho  # (B, T) detached
     valid = _valid(mask)
-    metrics = {"clipfrac": _frac(~keep, mask)}  # verl's pg_clipfrac: the share of tokens the trust region masked
+    metrics = {"clipfrac": masked_frac(~keep, mask)}  # verl's pg_clipfrac: the share of tokens the trust region masked
     return Correction(-(coef * adv) * logp, coef, (ratio > cap) & keep & valid, ~keep & valid, "token", metrics)
 
 
-def _frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.to(stat_dtype(mask.dtype))
-    return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
+@objective("dppo_tv", family="correction", same_defaults_as=dppo_tv,
+           summary="−M·sg(min(r, C))·ρ·Â·logp, M drops tokens whose probability moved past δ along Â's push",
+           source="DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_tv', its DPPO recipe (δ = 0.15, C = 1e4)")
+def _dppo_tv_objective(delta_low: float = 0.15, delta_high: float = 0.15, cap: float = 10000.0) -> TermFn:
+    """DPPO-Binary-TV (arXiv 2602.04879; verl ``dppo_tv``): ℓ = −M_it·sg(min(r, C))·ρ·Â·logp with
+    M_it = 0 where the sampled token's probability moved past δ in the direction the advantage pushes:
+    Â > 0 and π_θ − π_old > δ_h, or Â ≤ 0 and π_θ − π_old < −δ_l (probabilities, not the ratio).
+
+    Defaults δ_l = δ_h = 0.15 and C = 10⁴ (a truncation kept out of the way, the paper's advice) are
+    verl's DPPO recipe (``examples/dppo_trainer``: ``clip_ratio_low/high`` 0.15, ``clip_ratio_c`` 10000).
+    """
+    return _dppo_objective("dppo_tv", dppo_tv, delta_low, delta_high, cap)
+
+
+@objective("dppo_kl", family="correction", same_defaults_as=dppo_kl,
+           summary="dppo_tv's mask with the sampled token's binary KL in place of the probability change",
+           source="DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_kl', its DPPO recipe (δ = 0.05, C = 1e4)")
+def _dppo_kl_objective(delta_low: float = 0.05, delta_high: float = 0.05, cap: float = 10000.0) -> TermFn:
+    """DPPO-Binary-KL (verl ``dppo_kl``): ``dppo_tv`` with the binary KL of the sampled token,
+    D = q·log(q/p) + (1 − q)·log((1 − q)/(1 − p)), p = π_θ, q = π_old: M_it = 0 where D > δ and the
+    probability moved in the advantage's direction. Defaults δ = 0.05 and C = 10⁴ (verl's DPPO recipe).
+    """
+    return _dppo_objective("dppo_kl", dppo_kl, delta_low, delta_high, cap)
+
+
+def _dppo_objective(name: str, fn: Callable, delta_low, delta_high, cap) -> TermFn:
+    lo = check_positive("delta_low", delta_low, what=name, allow_zero=True)
+    hi = check_positive("delta_high", delta_high, what=name, allow_zero=True)
+    cap = check_cap(cap, what=name)
+    return correction_term(name, lambda i: fn(i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, cap=cap,
+                                              log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
 KL_ESTIMATORS = ("k1", "k2", "k3")

@@ -64,6 +64,18 @@ def stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in (torch.float32, torch.float64) else torch.float32
 
 
+def masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Fraction of valid tokens where cond holds (verl's masked_mean of a 0/1 tensor)."""
+    m = mask.to(stat_dtype(mask.dtype))
+    return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
+
+
+def clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Dict[str, torch.Tensor]:
+    """``clipfrac_high``, ``clipfrac_low``, ``clipfrac_dual`` and verl's ``clipfrac`` of the given cuts."""
+    cuts = {"clipfrac_high": high, "clipfrac_low": low, "clipfrac_dual": dual, "clipfrac": either}
+    return {key: masked_frac(cut, mask) for key, cut in cuts.items() if cut is not None}
+
+
 def _edge_name(x: float) -> str:
     return "+inf" if x == math.inf else f"{x:g}"
 

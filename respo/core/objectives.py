@@ -7,90 +7,102 @@ Every objective is called the same way,
                                 global_seqs=None, loss_scale_factor=None, nan_policy="raise",
                                 diagnostics=True)
 
-(or ``<name>_loss(logp, old_logp, advantages, mask, ...)``), and runs one pipeline:
+and runs one pipeline:
 
     check_inputs → log r_it = clamp(logp − old_logp) → ρ_it = exp(log ρ_it) → term → agg → diagnostics
 
-``build_objective(name, loss_agg_mode=None, **hparams)`` checks the hyperparameters and settles the
-aggregation once and returns an ``Objective``: the callable that runs this pipeline, built once and
-called many times (the trainer builds one per run). ``policy_loss(name, ...)`` and ``<name>_loss``
-build one and call it.
+``build_objective(name, loss_agg_mode=None, **hparams)`` is the one way an objective is made: it checks
+the hyperparameters, settles the aggregation once and returns an ``Objective``, the callable that runs
+this pipeline, built once and called many times (the trainer builds one per run). The other ways are
+thin aliases of it: ``policy_loss(name, ...)`` builds one and calls it, ``<name>_loss(logp, old_logp,
+advantages, mask, ...)`` is ``policy_loss`` with the name bound (the factory's docstring, and its
+hyperparameters in the signature), ``OBJECTIVES`` maps every registered name to its ``<name>_loss`` and
+``get_objective(name)`` returns it. Every objective in the registry has its ``<name>_loss`` (here, in
+``respo.core`` and in ``respo``), one registered after import too.
 
 An objective differs only in its *term*: the per-token loss ℓ_it (per-sequence for gmpo), the
 detached coefficient c of its gradient ∇L = −agg[c_it · Â_it · ∇logp_it], its default aggregation
 and its extra metrics. ``metrics["coef_mean"]`` and the starvation diagnostics use the
 per-sequence mean of c, so every objective is measured on the same scale.
 
-Adding an objective is one factory and one entry of ``_TABLE``. The factory takes the objective's
-hyperparameters as keyword arguments with their published defaults (they become its
-``hyperparameters(name)`` and the signature of ``<name>_loss``; its docstring becomes the loss
-function's), checks them (a bad value raises ``ValueError`` in one line) and returns a term
-``term(inputs, log_ratio, rho) -> Term``: ``inputs`` the checked ``LossInputs``, ``log_ratio`` the
+Adding an objective is one factory and one registration, the ``objective`` decorator of
+``respo.core.registry`` on it, in the module of its kind (this one, ``corrections``, ``rules``) or in
+one's own. The factory takes the objective's hyperparameters as keyword arguments with their published
+defaults (they become its ``hyperparameters(name)`` and the signature of ``<name>_loss``; its docstring
+becomes the loss function's), checks them (a bad value raises ``ValueError`` in one line) and returns a
+term ``term(inputs, log_ratio, rho) -> Term``: ``inputs`` the checked ``LossInputs``, ``log_ratio`` the
 (B, T) clamped token log ratio with grad, ``rho`` the (B, T) detached rollout weight or None. The
-entry gives the default aggregation (``_Entry(factory, default_agg=SEQ_MEAN)``) and whether the term's
-losses are per sequence (``per_sequence=True``, (B,) values).
+registration gives the loss in one line (``summary``), the ``source`` of the formula and the defaults, the
+``family`` (the section of the catalogue), the default aggregation (``default_agg=SEQ_MEAN``) and whether
+the term's losses are per sequence (``per_sequence=True``, (B,) values).
 
 An objective that needs another per-token tensor, e.g. a proximal policy's log-probs ``prox_logp``
-(B, T), names it in its entry, ``_Entry(_factory, inputs=("prox_logp",))``. Callers then pass it by
-name, ``objective(logp, old_logp, adv, mask, prox_logp=prox)`` or ``policy_loss(name, ...,
-prox_logp=prox)``; an input listed in ``optional_inputs`` may be left out (or None), and the term
-then finds it missing from ``inputs.extra``. The pipeline checks it like the other inputs (shape (B, T), floating point, NaN/inf
-on a valid token raised or its row masked under ``nan_policy``), detaches it and hands it to the
+(B, T), names it in its registration, ``inputs=("prox_logp",)``. Callers then pass it by name,
+``objective(logp, old_logp, adv, mask, prox_logp=prox)`` or ``policy_loss(name, ..., prox_logp=prox)``;
+an input listed in ``optional_inputs`` may be left out (or None), and the term then finds it missing
+from ``inputs.extra``. The pipeline checks it like the other inputs (shape (B, T), floating point,
+NaN/inf on a valid token raised or its row masked under ``nan_policy``), detaches it and hands it to the
 term as ``inputs.extra["prox_logp"]``. A missing declared tensor, or one the objective does not
 declare, is refused.
 
-Sequence-weight objectives (REINFORCE-shaped, no clipping; presets of ``reshaped``):
+Every objective is in the registry (``respo hyperparameters`` and docs/method.md list them all); those whose
+factory is in ``respo.core.corrections`` or ``respo.core.rules`` are listed in that module's docstring.
 
-    reshaped   L = −agg[ φ_i Â_it logp_it ],  φ_i = K_sign(Â_i)(log W_i), detached, any two kernels
-    respo      K⁺ = ReSPO(2, .5, 2),   K⁻ = ReSPO(1, .5, 2)
-    vespo      K⁺ = gamma(k=2, λ=3),   K⁻ = gamma(k=3, λ=2)
-    topr       K⁺ = 1,                 K⁻ = min(W, 1)
-    reinforce  K± = 1 (the on-policy floor)
+The objectives registered here (``python scripts/catalogue.py`` writes the list from the registry):
 
-Ratio objectives (token-level unless noted; ``rollout_log_ratio`` multiplies the per-token loss by
-ρ = exp(log ρ), as verl does with ``rollout_is_weights``; the sequence objectives above fold log ρ
-into log W instead):
-
-    grpo   PPO clip with dual clip: max(−rÂ, −clip(r, 1−ε_l, 1+ε_h)Â), and min(·, −cÂ) for Â < 0
-    gspo   the same clip on the length-normalised sequence ratio s_i (token form sg(s_i)·π/sg(π))
-    cispo  −sg(clip(r, 1−ε_l, 1+ε_h))·Â·logp
-    sapo   −σ(τ(r−1))·(4/τ)·Â, τ = τ⁺ for Â > 0, τ⁻ otherwise
-    gmpo   −Â_i·exp(mean_t sign-aware-clip(log r_it)) per sequence, mean over sequences
-
-Staleness corrections the frameworks ship (``respo.core.corrections``; log w = logp − old_logp + log ρ,
-so ρ folds into the weight; docs/method.md gives sources, base objectives and the verl/TRL mapping):
-
-    tis        −sg(min(w, C))·Â·logp, token or sequence w               (verl bypass REINFORCE + TIS)
-    mis        −sg(w·1[lo ≤ w ≤ hi])·Â·logp, token or sequence w
-    icepop     mis at token level on [0.5, 5]
-    m2po       −M·r·Â, M drops the largest (log r)² until their batch mean is below τ (not micro-batch invariant)
-    decoupled  b·PPO(π_θ/π_prox), b = π_prox/π_old masked (or truncated) above C; optional ``prox_logp``
-               (default: the current policy, detached, i.e. one optimizer step per batch)
-    opsm       K_i·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 with mean_t log(π_old/π_θ) > δ
-    dppo_tv    −M·sg(min(r, C))·ρ·Â·logp, M drops tokens whose probability moved past δ along Â's push (verl)
-    dppo_kl    the same with the sampled token's binary KL
-    klrs       any ``base`` objective on the tokens a k1/k2/k3 KL estimate (per token, row mean, sum or max)
-               and a veto keep (verl ``rollout_rs``)
-    (tis and mis take ``batch_normalize``; decoupled takes AReaL's ``prox_method="loglinear"``)
-
-Newer sequence objective: ``luspo``, GSPO's clip with each sequence's loss times its length (TRL).
-
-The frameworks' other policy-loss rules (``respo.core.rules``; docs/method.md gives sources and defaults):
-
-    gpg           −Â·logp·ρ (verl ``gpg``)
-    dro           −(Â·logp − ½β(log r)²)·ρ (verl ``dro``)
-    clip_cov      PPO clip with the gradient of k random tokens of a covariance band detached (verl ``clip_cov``)
-    kl_cov        −Â·r·ρ plus κ·|log r|·ρ on the k tokens of largest covariance (verl ``kl_cov``)
-    prime_rl      −M·τ_A·Â·w + τ_KL·(log w)², M DPPO's binary-TV mask, w = π_θ/π_sampler (prime-rl's default)
-    geo_mask      any ``base`` objective on the rows whose geometric-mean ratio lies in [lo, hi] (SkyRL)
-    product_mask  the same with the product of the ratios (SkyRL)
-    outlier_mask  the same, dropping rows with a token ratio outside [lo, hi] (SkyRL)
-    two_sided     −min(min(r, δ)·Â, clip(r)·Â) (TRL's ``delta``, INTELLECT-2)
-
-References:
-    ReSPO: Chen, Ban, Hsieh (2026), arXiv 2609.35433. VESPO: arXiv 2602.10693. GRPO: Shao et al.
-    (2024). GSPO: arXiv 2507.18071. CISPO: MiniMax-M1, arXiv 2506.13585. SAPO: arXiv 2511.20347.
-    GMPO: arXiv 2507.20673. TOPR: Le Roux et al. (2025), arXiv 2503.14286. verl ``core_algos``.
+  Sequence-weight objectives (REINFORCE-shaped, a detached φ_i per sequence; log ρ folds into log W):
+    respo          −φ_i·Â·logp, φ = ReSPO(α, β, λ) kernel per advantage sign, detached
+                   pos=(2.0, 0.5, 2.0), neg=(1.0, 0.5, 2.0); token-mean
+                   ReSPO, Chen, Ban, Hsieh (2026), arXiv 2609.35433: the published branches (2, .5, 2) / (1, .5, 2)
+    vespo          −φ_i·Â·logp, φ = W^k·e^(λ(1−W)) per advantage sign
+                   pos=(2.0, 3.0), neg=(3.0, 2.0); token-mean
+                   VESPO, arXiv 2602.10693; TRL 1.16 loss_type='vespo': (k, λ) = (2, 3) / (3, 2)
+    reshaped       −φ_i·Â·logp, φ = any two kernels, one per advantage sign (``kernel_from_spec``)
+                   pos_kernel='respo(2,0.5,2)', neg_kernel='respo(1,0.5,2)'; token-mean
+                   respo: any kernel per advantage sign; defaults ReSPO's branches
+    topr           −φ_i·Â·logp, φ⁺ = 1, φ⁻ = min(W, 1)
+                   no hyperparameters; token-mean
+                   TOPR, Le Roux et al. (2025), arXiv 2503.14286 (no hyperparameters)
+    reinforce      −Â·logp (φ ≡ 1, the on-policy floor)
+                   no hyperparameters; token-mean
+                   REINFORCE with the given advantages, the on-policy floor (no hyperparameters)
+  Ratio objectives (a clip or gate on r = π_θ/π_old; ρ multiplies the per-token loss):
+    grpo           PPO clip with dual clip: max(−rÂ, −clip(r, 1−ε_l, 1+ε_h)Â), and min(·, −cÂ) for Â < 0
+                   clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0; token-mean
+                   Shao et al. (2024); verl 0.9.1 loss_mode='vanilla', ActorConfig ε = 0.2, clip_ratio_c = 3
+    gspo           grpo's clip on the length-normalised sequence ratio s_i (token form sg(s_i)·π/sg(π))
+                   clip_ratio_low=0.0003, clip_ratio_high=0.0004; seq-mean-token-mean
+                   GSPO, arXiv 2507.18071 (ε = 3e-4 / 4e-4, seq-mean-token-mean); verl 0.9.1 loss_mode='gspo'
+    cispo          −sg(clip(r, 1−ε_l, 1+ε_h))·Â·logp
+                   clip_ratio_low=0.2, clip_ratio_high=0.2; token-mean
+                   MiniMax-M1, arXiv 2506.13585; verl 0.9.1 loss_mode='cispo', ActorConfig ε = 0.2
+    sapo           −σ(τ(r−1))·(4/τ)·Â, τ = τ⁺ for Â > 0, τ⁻ otherwise
+                   tau_pos=1.0, tau_neg=1.05; seq-mean-token-mean
+                   SAPO, arXiv 2511.20347; verl 0.9.1 loss_mode='sapo': τ⁺ = 1.0, τ⁻ = 1.05
+    gmpo           −Â_i·exp(mean_t sign-aware-clip(log r_it)) per sequence, mean over sequences
+                   clip_ratio_low=0.4, clip_ratio_high=0.4; seq-mean-token-mean
+                   GMPO, arXiv 2507.20673; verl 0.9.1 loss_mode='geo_mean', log-space clip 0.4
+    luspo          GSPO's clip with each sequence's loss times its length
+                   clip_ratio_low=0.2, clip_ratio_high=0.2; seq-mean-token-sum
+                   LUSPO, arXiv 2602.05261; TRL 1.16 loss_type='luspo', ε = 0.2
+  Staleness corrections the frameworks ship (log w = logp − old_logp + log ρ):
+    klrs           any ``base`` objective on the tokens a k1/k2/k3 KL estimate (per token, row mean, sum or max) and
+                   a veto keep
+                   estimator='k3', agg='mean', threshold=0.01, lower=None, veto=None, base='reinforce',
+                   base_kwargs=None; token-mean
+                   Liu et al. (2025); verl 0.9.1 rollout_correction.rollout_rs, its seq_mean_k3 preset (0.01) on
+                   bypass REINFORCE
+  The frameworks' other policy-loss rules:
+    geo_mask       any ``base`` objective on the rows whose geometric-mean ratio lies in [lo, hi]
+                   lo=0.99, hi=1.01, base='grpo', base_kwargs=None; token-mean
+                   SkyRL 0.3.0 off_policy_correction sequence_mask_metric='geometric', geo_mask_low/high 0.99 / 1.01
+    product_mask   geo_mask with the product of the token ratios
+                   lo=0.5, hi=2.0, base='grpo', base_kwargs=None; token-mean
+                   SkyRL 0.3.0 off_policy_correction sequence_mask_metric='product', product_mask_low/high 0.5 / 2
+    outlier_mask   any ``base`` objective on the rows with no token ratio outside [lo, hi]
+                   lo=0.0001, hi=100.0, base='grpo', base_kwargs=None; token-mean
+                   SkyRL 0.3.0 off_policy_correction outlier_token_is_threshold_low/high (off by default; its
+                   suggested 1e-4 / 100)
 """
 
 from __future__ import annotations
@@ -98,19 +110,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import torch
 
 from respo.core.aggregation import AGG_MODES, agg_loss, agg_seq, check_agg_mode
 from respo.core import corrections, rules
-from respo.core.checks import LossInputs, check_clip, check_inputs, check_number, check_positive, check_row_groups
-from respo.core.diagnostics import stat_dtype, weight_diagnostics
+from respo.core.checks import (LossInputs, check_band, check_cap, check_choice, check_clip, check_inputs,
+                               check_positive, check_row_groups)  # fmt: skip
+from respo.core.diagnostics import clip_fractions, stat_dtype, weight_diagnostics
 from respo.core.kernels import (RESPO_NEG, RESPO_PARAMS, RESPO_POS, VESPO_NEG, VESPO_PARAMS, VESPO_POS, Kernel,
                                 kernel_from_spec, kernel_params, respo_kernel, truncated_kernel, two_branch, unit_kernel,
                                 vespo_kernel)  # fmt: skip
 from respo.core.ratios import LOG_W_CLAMP, ppo_clip, sequence_log_ratio, token_log_ratio
+from respo.core.registry import (ObjectiveSpec, Term, TermFn, UnknownObjectiveError, get_spec, objective,
+                                 objective_names, weigh)  # fmt: skip
 
 Metrics = Dict[str, torch.Tensor]
 LossFn = Callable[..., Tuple[torch.Tensor, Metrics]]
@@ -119,27 +134,6 @@ TOKEN_MEAN = "token-mean"
 SEQ_MEAN = "seq-mean-token-mean"
 SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
 GSPO_LOG_S_MAX = 10.0  # verl clamps the token-form log s_it above at 10
-
-
-
-@dataclass(frozen=True)
-class Term:
-    """What one objective contributes to the pipeline.
-
-    values: (B, T) per-token loss ℓ_it with grad, or (B,) per-sequence loss for a per-sequence objective.
-    coef: detached gradient coefficient c, (B, T) per token or (B,) per sequence.
-    metrics: extra detached metrics (clip fractions).
-    log_w: (B,) log W when the term computed it (the diagnostics reuse it).
-    """
-
-    values: torch.Tensor
-    coef: torch.Tensor
-    metrics: Metrics = field(default_factory=dict)
-    log_w: Optional[torch.Tensor] = None
-
-
-# term(inputs, log_ratio (B, T) with grad, rho (B, T) or None) -> Term
-TermFn = Callable[[LossInputs, torch.Tensor, Optional[torch.Tensor]], Term]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,29 +159,6 @@ def _rollout_weight(inputs: LossInputs) -> Optional[torch.Tensor]:
     """Per-token rollout-correction weight ρ = exp(log ρ), detached, or None."""
     rlr = inputs.rollout_log_ratio
     return None if rlr is None else torch.exp(rlr.clamp(-LOG_W_CLAMP, LOG_W_CLAMP))
-
-
-def _weigh(x: torch.Tensor, weight: Optional[torch.Tensor]) -> torch.Tensor:
-    """x · weight, or x itself without a weight."""
-    return x if weight is None else x * weight
-
-
-def _masked_frac(cond: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Fraction of valid tokens where cond holds (verl's masked_mean of a 0/1 tensor)."""
-    m = mask.to(stat_dtype(mask.dtype))
-    return (cond.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
-
-
-def _check_bool(name: str, value, *, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{what}: {name} must be true or false, got {value!r}")
-    return value
-
-
-def _clip_fractions(mask: torch.Tensor, high, low, dual=None, either=None) -> Metrics:
-    """``clipfrac_high``, ``clipfrac_low``, ``clipfrac_dual`` and verl's ``clipfrac`` of the given cuts."""
-    cuts = {"clipfrac_high": high, "clipfrac_low": low, "clipfrac_dual": dual, "clipfrac": either}
-    return {key: _masked_frac(cut, mask) for key, cut in cuts.items() if cut is not None}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,18 +188,9 @@ class SequenceWeightTerm:
         return Term(values, phi, log_w=log_w)
 
 
-def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
-              neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)") -> TermFn:
-    """Two-branch reshaped sequence objective L = −agg[φ_i·Â_it·logp_it], φ_i = K_{sign Â_i}(log W_i).
-
-    log W_i = Σ_t m(logp − old_logp) + Σ_t m·log ρ, clamped to [−20, 20]; φ is detached, so
-    ∇L = −agg[φ_i·Â_it·∇logp_it]. Branch by the sequence advantage: Â_i ≥ 0 uses ``pos_kernel``.
-    ``pos_kernel``, ``neg_kernel``: callables log_w -> φ or spec strings (see ``kernel_from_spec``).
-    Default aggregation ``token-mean``.
-    """
-    return SequenceWeightTerm(kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel))
-
-
+@objective("respo", family="sequence-weight",
+           summary="−φ_i·Â·logp, φ = ReSPO(α, β, λ) kernel per advantage sign, detached",
+           source="ReSPO, Chen, Ban, Hsieh (2026), arXiv 2609.35433: the published branches (2, .5, 2) / (1, .5, 2)")
 def _respo(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float, float] = RESPO_NEG) -> TermFn:
     """ReSPO: L = −agg[φ_i Â_it logp_it] with φ⁺ = ReSPO(pos), φ⁻ = ReSPO(neg), (α, β, λ) per branch.
 
@@ -241,6 +203,8 @@ def _respo(pos: Tuple[float, float, float] = RESPO_POS, neg: Tuple[float, float,
     return SequenceWeightTerm(respo_kernel(*pos), respo_kernel(*neg))
 
 
+@objective("vespo", family="sequence-weight", summary="−φ_i·Â·logp, φ = W^k·e^(λ(1−W)) per advantage sign",
+           source="VESPO, arXiv 2602.10693; TRL 1.16 loss_type='vespo': (k, λ) = (2, 3) / (3, 2)")
 def _vespo(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESPO_NEG) -> TermFn:
     """VESPO: L = −agg[φ_i Â_it logp_it], φ = W^k·e^(λ(1−W)), (k, λ) = (2, 3) for Â ≥ 0, (3, 2) for Â < 0.
 
@@ -250,11 +214,30 @@ def _vespo(pos: Tuple[float, float] = VESPO_POS, neg: Tuple[float, float] = VESP
     return SequenceWeightTerm(vespo_kernel(*pos), vespo_kernel(*neg))
 
 
+@objective("reshaped", family="sequence-weight",
+           summary="−φ_i·Â·logp, φ = any two kernels, one per advantage sign (``kernel_from_spec``)",
+           source="respo: any kernel per advantage sign; defaults ReSPO's branches")
+def _reshaped(pos_kernel: Union[str, Kernel] = "respo(2,0.5,2)",
+              neg_kernel: Union[str, Kernel] = "respo(1,0.5,2)") -> TermFn:
+    """Two-branch reshaped sequence objective L = −agg[φ_i·Â_it·logp_it], φ_i = K_{sign Â_i}(log W_i).
+
+    log W_i = Σ_t m(logp − old_logp) + Σ_t m·log ρ, clamped to [−20, 20]; φ is detached, so
+    ∇L = −agg[φ_i·Â_it·∇logp_it]. Branch by the sequence advantage: Â_i ≥ 0 uses ``pos_kernel``.
+    ``pos_kernel``, ``neg_kernel``: callables log_w -> φ or spec strings (see ``kernel_from_spec``).
+    Default aggregation ``token-mean``.
+    """
+    return SequenceWeightTerm(kernel_from_spec(pos_kernel), kernel_from_spec(neg_kernel))
+
+
+@objective("topr", family="sequence-weight", summary="−φ_i·Â·logp, φ⁺ = 1, φ⁻ = min(W, 1)",
+           source="TOPR, Le Roux et al. (2025), arXiv 2503.14286 (no hyperparameters)")
 def _topr() -> TermFn:
     """TOPR: L = −agg[sg(α_i) Â_it logp_it], α_i = min(W_i, 1) for Â_i < 0 and 1 otherwise."""
     return SequenceWeightTerm(unit_kernel(), truncated_kernel(1.0))
 
 
+@objective("reinforce", family="sequence-weight", summary="−Â·logp (φ ≡ 1, the on-policy floor)",
+           source="REINFORCE with the given advantages, the on-policy floor (no hyperparameters)")
 def _reinforce() -> TermFn:
     """REINFORCE: L = −agg[Â_it logp_it] (φ ≡ 1; ignores staleness, the on-policy floor)."""
     return SequenceWeightTerm(unit_kernel(), unit_kernel())
@@ -265,6 +248,9 @@ def _reinforce() -> TermFn:
 # --------------------------------------------------------------------------------------------------
 
 
+@objective("grpo", family="ratio",
+           summary="PPO clip with dual clip: max(−rÂ, −clip(r, 1−ε_l, 1+ε_h)Â), and min(·, −cÂ) for Â < 0",
+           source="Shao et al. (2024); verl 0.9.1 loss_mode='vanilla', ActorConfig ε = 0.2, clip_ratio_c = 3")
 def _grpo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: float = 3.0) -> TermFn:
     """GRPO/PPO token clip with dual clip (verl's ``vanilla``).
 
@@ -280,16 +266,19 @@ def _grpo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         ratio = torch.exp(log_ratio)  # (B, T)
         clip = ppo_clip(inputs.adv, ratio, low, high, c)
-        values = _weigh(clip.loss, rho)  # (B, T)
+        values = weigh(clip.loss, rho)  # (B, T)
         with torch.no_grad():
-            coef = _weigh(torch.where(clip.active, ratio.detach(), torch.zeros_like(ratio)), rho)
-            metrics = _clip_fractions(inputs.mask, clip.high, clip.low, clip.dual if c is not None else None,
+            coef = weigh(torch.where(clip.active, ratio.detach(), torch.zeros_like(ratio)), rho)
+            metrics = clip_fractions(inputs.mask, clip.high, clip.low, clip.dual if c is not None else None,
                                       clip.clipped)  # fmt: skip
         return Term(values, coef, metrics)
 
     return term
 
 
+@objective("gspo", family="ratio", default_agg=SEQ_MEAN,
+           summary="grpo's clip on the length-normalised sequence ratio s_i (token form sg(s_i)·π/sg(π))",
+           source="GSPO, arXiv 2507.18071 (ε = 3e-4 / 4e-4, seq-mean-token-mean); verl 0.9.1 loss_mode='gspo'")
 def _gspo(clip_ratio_low: float = 3e-4, clip_ratio_high: float = 4e-4) -> TermFn:
     """GSPO: the PPO clip on the sequence ratio s_i = exp(mean_t log r_it), default seq-mean-token-mean.
 
@@ -313,29 +302,17 @@ def _sequence_ratio_clip(low: float, high: float, log_s_max: Optional[float]) ->
         log_s_it = logp - logp.detach() + log_s.unsqueeze(-1)  # (B, T)
         s = torch.exp(log_s_it if log_s_max is None else log_s_it.clamp(max=log_s_max))  # (B, T)
         clip = ppo_clip(adv, s, low, high)
-        values = _weigh(clip.loss, rho)
+        values = weigh(clip.loss, rho)
         with torch.no_grad():
-            coef = _weigh(torch.where(clip.active, s.detach(), torch.zeros_like(s)), rho)
-            metrics = _clip_fractions(inputs.mask, clip.high, clip.low, either=clip.clipped)
+            coef = weigh(torch.where(clip.active, s.detach(), torch.zeros_like(s)), rho)
+            metrics = clip_fractions(inputs.mask, clip.high, clip.low, either=clip.clipped)
         return Term(values, coef, metrics)
 
     return term
 
 
-def _luspo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
-    """LUSPO (length-unbiased sequence policy optimization, TRL ``loss_type="luspo"``): GSPO's clip of the
-    sequence ratio s_i = exp(mean_t log r_it) with each sequence's loss scaled by its length,
-
-        L = (1/N_seq)·Σ_i T_i·max(−s_i·Â_i, −clip(s_i, 1−ε_l, 1+ε_h)·Â_i)
-
-    i.e. the token form ℓ_it = max(−s_it·Â, −clip(s_it)·Â) aggregated ``seq-mean-token-sum`` (the default),
-    so ∇L = −(1/N_seq)·Σ_i s_i·Â_i·Σ_t ∇logp_it for an unclipped row: no 1/T_i. Defaults ε_l = ε_h = 0.2
-    are TRL's ``epsilon``; s is not clamped above (TRL does not clamp it; log s is within ±20).
-    """
-    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="luspo")
-    return _sequence_ratio_clip(low, high, None)
-
-
+@objective("cispo", family="ratio", summary="−sg(clip(r, 1−ε_l, 1+ε_h))·Â·logp",
+           source="MiniMax-M1, arXiv 2506.13585; verl 0.9.1 loss_mode='cispo', ActorConfig ε = 0.2")
 def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
     """CISPO: ℓ = −sg(clip(r, 1−ε_l, 1+ε_h))·Â·logp (clipped IS weight, gradient kept on every token).
 
@@ -347,13 +324,15 @@ def _cispo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
     def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
         with torch.no_grad():
             r = torch.exp(log_ratio.detach())  # (B, T)
-            coef = _weigh(r.clamp(1 - low, 1 + high), rho)
+            coef = weigh(r.clamp(1 - low, 1 + high), rho)
         values = -(coef * inputs.adv) * inputs.logp  # (B, T)
-        return Term(values, coef, _clip_fractions(inputs.mask, r > 1 + high, r < 1 - low))
+        return Term(values, coef, clip_fractions(inputs.mask, r > 1 + high, r < 1 - low))
 
     return term
 
 
+@objective("sapo", family="ratio", default_agg=SEQ_MEAN, summary="−σ(τ(r−1))·(4/τ)·Â, τ = τ⁺ for Â > 0, τ⁻ otherwise",
+           source="SAPO, arXiv 2511.20347; verl 0.9.1 loss_mode='sapo': τ⁺ = 1.0, τ⁻ = 1.05")
 def _sapo(tau_pos: float = 1.0, tau_neg: float = 1.05) -> TermFn:
     """SAPO: ℓ = −f(r)·Â with the soft gate f(r) = σ(τ(r − 1))·4/τ, τ = τ⁺ (Â > 0) or τ⁻ (Â ≤ 0).
 
@@ -367,15 +346,18 @@ def _sapo(tau_pos: float = 1.0, tau_neg: float = 1.05) -> TermFn:
         ratio = torch.exp(log_ratio)  # (B, T)
         tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
         gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-        values = _weigh(-gate * adv, rho)  # (B, T)
+        values = weigh(-gate * adv, rho)  # (B, T)
         with torch.no_grad():
             sig = torch.sigmoid(tau * (ratio.detach() - 1.0))
-            coef = _weigh(4.0 * sig * (1.0 - sig) * ratio.detach(), rho)
+            coef = weigh(4.0 * sig * (1.0 - sig) * ratio.detach(), rho)
         return Term(values, coef)
 
     return term
 
 
+@objective("gmpo", family="ratio", default_agg=SEQ_MEAN, per_sequence=True,
+           summary="−Â_i·exp(mean_t sign-aware-clip(log r_it)) per sequence, mean over sequences",
+           source="GMPO, arXiv 2507.20673; verl 0.9.1 loss_mode='geo_mean', log-space clip 0.4")
 def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
     """GMPO (verl's ``geo_mean``): geometric-mean ratio with a sign-aware clip in log space.
 
@@ -397,187 +379,47 @@ def _gmpo(clip_ratio_low: float = 0.4, clip_ratio_high: float = 0.4) -> TermFn:
         seq_adv = (adv * m).sum(dim=-1) / n_tok  # (B,)
         rlr = inputs.rollout_log_ratio
         rho_seq = None if rlr is None else torch.exp((rlr * m).sum(dim=-1) / n_tok)  # (B,)
-        per_seq = _weigh(-seq_adv * ratio, rho_seq)  # (B,)
+        per_seq = weigh(-seq_adv * ratio, rho_seq)  # (B,)
         with torch.no_grad():
             cut_high, cut_low = (adv > 0) & (d.detach() > high), (adv < 0) & (d.detach() < -low)
             active = (~(cut_high | cut_low)).to(m.dtype)
-            coef = _weigh(ratio.detach().unsqueeze(-1) * active, None if rho_seq is None else rho_seq.unsqueeze(-1))
-        return Term(per_seq, coef, _clip_fractions(m, cut_high, cut_low))
+            coef = weigh(ratio.detach().unsqueeze(-1) * active, None if rho_seq is None else rho_seq.unsqueeze(-1))
+        return Term(per_seq, coef, clip_fractions(m, cut_high, cut_low))
 
     return term
 
 
+@objective("luspo", family="ratio", default_agg=SEQ_MEAN_TOKEN_SUM,
+           summary="GSPO's clip with each sequence's loss times its length",
+           source="LUSPO, arXiv 2602.05261; TRL 1.16 loss_type='luspo', ε = 0.2")
+def _luspo(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2) -> TermFn:
+    """LUSPO (length-unbiased sequence policy optimization, TRL ``loss_type="luspo"``): GSPO's clip of the
+    sequence ratio s_i = exp(mean_t log r_it) with each sequence's loss scaled by its length,
+
+        L = (1/N_seq)·Σ_i T_i·max(−s_i·Â_i, −clip(s_i, 1−ε_l, 1+ε_h)·Â_i)
+
+    i.e. the token form ℓ_it = max(−s_it·Â, −clip(s_it)·Â) aggregated ``seq-mean-token-sum`` (the default),
+    so ∇L = −(1/N_seq)·Σ_i s_i·Â_i·Σ_t ∇logp_it for an unclipped row: no 1/T_i. Defaults ε_l = ε_h = 0.2
+    are TRL's ``epsilon``; s is not clamped above (TRL does not clamp it; log s is within ±20).
+    """
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="luspo")
+    return _sequence_ratio_clip(low, high, None)
+
+
 # --------------------------------------------------------------------------------------------------
-# Staleness corrections (respo.core.corrections): a factory checks the hyperparameters
+# Rejections composed with a base objective: KL estimators (corrections), SkyRL's masks (rules)
 # --------------------------------------------------------------------------------------------------
-
-
-#: Arguments of a correction function that are tensors or call options, not hyperparameters.
-_CALL_ARGS = ("log_rho", "groups", "prox_logp", "staleness")
-
-
-def _hyperparameters_of(fn: Callable) -> Callable[[Callable[..., TermFn]], Callable[..., TermFn]]:
-    """Give a correction's factory the hyperparameters of its function in ``corrections`` (the keyword-only
-    arguments but ``_CALL_ARGS``), with that function's defaults: the published defaults are written once,
-    where the formula is. Unset ones are filled in before the factory runs."""
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.kind is p.KEYWORD_ONLY and p.name not in _CALL_ARGS]  # fmt: skip
-    sig = inspect.Signature(params)
-
-    def decorate(factory: Callable[..., TermFn]) -> Callable[..., TermFn]:
-        @functools.wraps(factory)
-        def with_defaults(**hparams) -> TermFn:
-            bound = sig.bind(**hparams)
-            bound.apply_defaults()
-            return factory(**bound.arguments)
-
-        with_defaults.__signature__ = sig  # type: ignore[attr-defined]
-        return with_defaults
-
-    return decorate
-
-
-def _correction_term(name: str, apply: Callable[[LossInputs], "corrections.Correction"]) -> TermFn:
-    """The term of a correction: its loss and coefficient, and its diagnostics in the metrics."""
-
-    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        corr = apply(inputs)
-        with torch.no_grad():
-            log_w = corrections.token_log_weight(inputs.logp, inputs.old_logp, inputs.mask, inputs.rollout_log_ratio)
-            metrics = corrections.correction_diagnostics(corr, log_w, inputs.adv, inputs.seq_adv, inputs.mask)
-        return Term(corr.values, corr.coef, metrics)
-
-    term.__name__ = f"{name}_term"
-    return term
-
-
-@_hyperparameters_of(corrections.tis)
-def _tis(*, level: str, cap: float, batch_normalize: bool) -> TermFn:
-    """TIS: ℓ = −sg(min(w, C))·Â·logp with w = π_θ/π_old·ρ per token or per sequence (W_i on every token).
-
-    REINFORCE-shaped, as verl's bypass mode with ``loss_type="reinforce"``; defaults are verl's
-    ``rollout_is="sequence"``, ``rollout_is_threshold=2.0`` (its ``bypass_pg_is`` preset).
-    Metrics ``corr/trunc_frac`` (/pos, /neg): the share of sequences (tokens) whose weight the cap cut.
-    ``batch_normalize``: divide the truncated weights by their batch mean (verl's
-    ``rollout_is_batch_normalize``; within each of ``row_groups``, so not micro-batch invariant).
-    """
-    level = corrections.check_level(level, what="tis")
-    cap = corrections.check_cap(cap, what="tis")
-    norm = _check_bool("batch_normalize", batch_normalize, what="tis")
-    return _correction_term("tis", lambda i: corrections.tis(i.logp, i.old_logp, i.adv, i.mask, level=level, cap=cap,
-                                                             batch_normalize=norm, log_rho=i.rollout_log_ratio,
-                                                             groups=i.row_groups))  # fmt: skip
-
-
-@_hyperparameters_of(corrections.mis)
-def _mis(*, level: str, lo: float, hi: float, batch_normalize: bool) -> TermFn:
-    """MIS: ℓ = −sg(w·1[lo ≤ w ≤ hi])·Â·logp, w per token or per sequence; weights outside are silenced.
-
-    Defaults are TRL's ``vllm_importance_sampling_mode="sequence_mask"`` with ``clip_max=3.0`` (no lower
-    bound); verl's Seq-MIS preset uses [0.5, 2]. Metrics ``corr/mask_frac``, ``corr/silenced_adv_share/pos``, ...
-    ``batch_normalize``: divide the weights by their batch mean, as ``tis``.
-    """
-    level = corrections.check_level(level, what="mis")
-    lo, hi = corrections.check_band(lo, hi, what="mis")
-    norm = _check_bool("batch_normalize", batch_normalize, what="mis")
-    return _correction_term("mis", lambda i: corrections.mis(i.logp, i.old_logp, i.adv, i.mask, level=level, lo=lo, hi=hi,
-                                                             batch_normalize=norm, log_rho=i.rollout_log_ratio,
-                                                             groups=i.row_groups))  # fmt: skip
-
-
-@_hyperparameters_of(corrections.icepop)
-def _icepop(*, lo: float, hi: float) -> TermFn:
-    """IcePop: token-level MIS, ℓ = −sg(w_it·1[α ≤ w_it ≤ β])·Â·logp with [α, β] = [0.5, 5] (verl's
-    ``bypass_pg_token_icepop``)."""
-    lo, hi = corrections.check_band(lo, hi, what="icepop")
-    return _correction_term("icepop", lambda i: corrections.icepop(i.logp, i.old_logp, i.adv, i.mask, lo=lo, hi=hi,
-                                                                   log_rho=i.rollout_log_ratio))  # fmt: skip
-
-
-@_hyperparameters_of(corrections.m2po)
-def _m2po(*, tau: float) -> TermFn:
-    """M2PO: ℓ = −M_it·r_it·Â_it (gradient through r = π_θ/π_old·ρ), M drops the tokens with the largest
-    (log r)² until the mean (log r)² of the kept tokens of the batch is below τ (AReaL ``m2_threshold``).
-
-    The selection spans the batch of the call, so M2PO is not invariant to micro-batching.
-    """
-    tau = corrections.check_positive("tau", tau, what="m2po")
-    return _correction_term("m2po", lambda i: corrections.m2po(i.logp, i.old_logp, i.adv, i.mask, tau=tau,
-                                                               log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
-
-
-@_hyperparameters_of(corrections.decoupled)
-def _decoupled(*, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float], cap: float,
-               cap_mode: str, prox_method: str) -> TermFn:  # fmt: skip
-    """Decoupled PPO: ℓ = b·PPO(π_θ/π_prox), b = π_prox/π_old·ρ masked above C (``cap_mode="mask"``,
-    AReaL's ``behav_imp_weight_cap``) or truncated at C (``"truncate"``, verl's decoupled mode).
-
-    ``prox_logp`` (B, T), optional: the proximal policy's log-probs (the policy at the start of the
-    update). Left out, π_prox is the current policy (logp detached): exact when a batch gets one
-    optimizer step, as in respo's trainer, where r = 1 and ∇L = −agg[b·Â·∇logp].
-
-    ``prox_method="loglinear"``: AReaL's log-linear proximal policy instead, log π_prox = log π_old +
-    α·(log π_θ − log π_old), α = clamp((s − 1)/s, 0, 1), from the per-token ``staleness`` s (B, T), the
-    updates since the token was sampled (no proximal forward); a ``prox_logp`` passed too is compared
-    with it (``prox/abs_error``, ``prox/weight_error``).
-    """
-    low, high, c = corrections.check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="decoupled")
-    cap = corrections.check_cap(cap, what="decoupled")
-    mode = corrections.check_cap_mode(cap_mode, what="decoupled")
-    method = corrections.check_choice("prox_method", prox_method, corrections.PROX_METHODS, what="decoupled")
-    return _correction_term("decoupled", lambda i: corrections.decoupled(
-        i.logp, i.old_logp, i.adv, i.mask, prox_logp=i.extra.get("prox_logp"), clip_ratio_low=low,
-        clip_ratio_high=high, clip_ratio_c=c, cap=cap, cap_mode=mode, prox_method=method, log_rho=i.rollout_log_ratio,
-        staleness=i.extra.get("staleness")))  # fmt: skip
-
-
-@_hyperparameters_of(corrections.opsm)
-def _opsm(*, delta: float, clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: Optional[float]) -> TermFn:
-    """OPSM (DeepSeek-V3.2): ℓ = K_i·ρ·PPO(π_θ/π_old), K_i = 0 for Â_i < 0 whose mean per-token
-    KL_i = mean_t(log π_old − log π_θ − log ρ) exceeds δ (TRL ``off_policy_mask_threshold``).
-
-    Default δ = 0.5 is TRL's documented example; the clip is TRL's default loss (ε = 0.2, no dual clip).
-    """
-    delta = corrections.check_positive("delta", delta, what="opsm", allow_zero=True)
-    low, high, c = corrections.check_clip(clip_ratio_low, clip_ratio_high, clip_ratio_c, what="opsm")
-    return _correction_term("opsm", lambda i: corrections.opsm(
-        i.logp, i.old_logp, i.adv, i.seq_adv, i.mask, delta=delta, clip_ratio_low=low, clip_ratio_high=high,
-        clip_ratio_c=c, log_rho=i.rollout_log_ratio))  # fmt: skip
-
-
-@_hyperparameters_of(corrections.dppo_tv)
-def _dppo_tv(*, delta_low: float, delta_high: float, cap: float) -> TermFn:
-    """DPPO-Binary-TV (arXiv 2602.04879; verl ``dppo_tv``): ℓ = −M_it·sg(min(r, C))·ρ·Â·logp with
-    M_it = 0 where the sampled token's probability moved past δ in the direction the advantage pushes:
-    Â > 0 and π_θ − π_old > δ_h, or Â ≤ 0 and π_θ − π_old < −δ_l (probabilities, not the ratio).
-
-    Defaults δ_l = δ_h = 0.15 and C = 10⁴ (a truncation kept out of the way, the paper's advice) are
-    verl's DPPO recipe (``examples/dppo_trainer``: ``clip_ratio_low/high`` 0.15, ``clip_ratio_c`` 10000).
-    """
-    return _dppo("dppo_tv", corrections.dppo_tv, delta_low, delta_high, cap)
-
-
-@_hyperparameters_of(corrections.dppo_kl)
-def _dppo_kl(*, delta_low: float, delta_high: float, cap: float) -> TermFn:
-    """DPPO-Binary-KL (verl ``dppo_kl``): ``dppo_tv`` with the binary KL of the sampled token,
-    D = q·log(q/p) + (1 − q)·log((1 − q)/(1 − p)), p = π_θ, q = π_old: M_it = 0 where D > δ and the
-    probability moved in the advantage's direction. Defaults δ = 0.05 and C = 10⁴ (verl's DPPO recipe).
-    """
-    return _dppo("dppo_kl", corrections.dppo_kl, delta_low, delta_high, cap)
-
-
-def _dppo(name: str, fn: Callable, delta_low, delta_high, cap) -> TermFn:
-    lo = corrections.check_positive("delta_low", delta_low, what=name, allow_zero=True)
-    hi = corrections.check_positive("delta_high", delta_high, what=name, allow_zero=True)
-    cap = corrections.check_cap(cap, what=name)
-    return _correction_term(name, lambda i: fn(i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, cap=cap,
-                                               log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
 #: The extra per-token inputs any objective reads (a composed objective passes its base's on).
 _EXTRA_INPUTS = ("prox_logp", "staleness")
 
 
+@objective("klrs", family="correction", optional_inputs=_EXTRA_INPUTS,
+           summary="any ``base`` objective on the tokens a k1/k2/k3 KL estimate (per token, row mean, sum or max) "
+                   "and a veto keep",
+           source="Liu et al. (2025); verl 0.9.1 rollout_correction.rollout_rs, its seq_mean_k3 preset (0.01) on "
+                  "bypass REINFORCE")
 def _klrs(estimator: str = "k3", agg: str = "mean", threshold: float = 0.01, lower: Optional[float] = None,
           veto: Optional[float] = None, base: str = "reinforce", base_kwargs: Optional[Mapping[str, object]] = None,
           ) -> TermFn:  # fmt: skip
@@ -596,16 +438,16 @@ def _klrs(estimator: str = "k3", agg: str = "mean", threshold: float = 0.01, low
     ``rs/mask_frac/pos|neg``, ``rs/silenced_adv_share/pos|neg``, ``rs/kept_low_w_mass_share/pos|neg``.
     """
     what = "klrs"
-    est = corrections.check_choice("estimator", estimator, corrections.KL_ESTIMATORS, what=what)
-    agg = corrections.check_choice("agg", agg, corrections.KL_AGGS, what=what)
+    est = check_choice("estimator", estimator, corrections.KL_ESTIMATORS, what=what)
+    agg = check_choice("agg", agg, corrections.KL_AGGS, what=what)
     if est == "k1" and agg == "max":
         raise ValueError("klrs: agg='max' is for k2 and k3 (a k1 maximum is not a divergence bound, as in verl)")
-    threshold = corrections.check_cap(threshold, what=what, name="threshold")
-    lower = None if lower is None else corrections.check_cap(lower, what=what, name="lower")
+    threshold = check_cap(threshold, what=what, name="threshold")
+    lower = None if lower is None else check_cap(lower, what=what, name="lower")
     if lower is not None and (est != "k1" or not lower <= threshold):
         raise ValueError(f"klrs: lower is a ratio bound of k1, <= threshold; got lower={lower} with estimator={est!r}, "
                          f"threshold={threshold}")  # fmt: skip
-    veto = None if veto is None else corrections.check_cap(veto, what=what, name="veto")
+    veto = None if veto is None else check_cap(veto, what=what, name="veto")
     inner = _base_objective(what, base, base_kwargs)
     keep_fn = functools.partial(corrections.kl_reject_keep, estimator=est, agg=agg, threshold=threshold, lower=lower,
                                 veto=veto)  # fmt: skip
@@ -618,7 +460,7 @@ def _base_objective(what: str, base, base_kwargs) -> "Objective":
         raise ValueError(f"{what}: base must be the name of another objective, got {base!r}")
     if base_kwargs is not None and not isinstance(base_kwargs, Mapping):
         raise ValueError(f"{what}: base_kwargs must be a mapping of {base!r}'s hyperparameters, got {base_kwargs!r}")
-    return _build(base, _entry(base), None, dict(base_kwargs or {}))
+    return _build(get_spec(base), None, dict(base_kwargs or {}))
 
 
 @dataclass(frozen=True)
@@ -667,127 +509,9 @@ class RejectionTerm:
         return Term(values, coef, {**t.metrics, **diag})  # log W of the whole batch in the diagnostics
 
 
-# --------------------------------------------------------------------------------------------------
-# The frameworks' other policy-loss rules (respo.core.rules)
-# --------------------------------------------------------------------------------------------------
-
-
-def _gpg() -> TermFn:
-    """GPG (verl ``gpg``; Chu et al. 2025, arXiv 2504.02546): ℓ = −Â·logp·ρ, REINFORCE with the rollout weight
-    multiplying the per-token loss as verl does (``reinforce`` ignores ρ). GPG's own advantage (verl's
-    ``adv_estimator=gpg``) is the caller's; the loss has no hyperparameters. Coefficient c = ρ (1 without ρ).
-    """
-
-    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        values = _weigh(-inputs.adv * inputs.logp, rho)  # (B, T)
-        coef = torch.ones_like(log_ratio.detach()) if rho is None else rho
-        return Term(values, coef)
-
-    return term
-
-
-def _dro(beta: float = 1.0) -> TermFn:
-    """DRO (verl ``dro``): ℓ = −(Â·logp − ½β·(log r)²)·ρ, REINFORCE with a quadratic log-ratio penalty.
-
-    ∇ℓ = −(Â − β·log r)·ρ·∇logp: c = ρ, the penalty's g = β·log r·ρ (metrics ``penalty/mean``,
-    ``penalty/grad_share``).
-    verl 0.9.1 ships no default (``policy_loss.dro_beta: null``, required > 0); β = 1 is respo's, the unit
-    penalty, to be set by the run. Default aggregation ``token-mean``.
-    """
-    beta = check_positive("beta", beta, what="dro")
-
-    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        values = _weigh(-(inputs.adv * inputs.logp - 0.5 * beta * log_ratio.square()), rho)  # (B, T)
-        with torch.no_grad():
-            lr = log_ratio.detach()
-            coef = torch.ones_like(lr) if rho is None else rho
-            metrics = rules.penalty_metrics(coef * 0.5 * beta * lr.square(), coef, inputs.adv, coef * beta * lr,
-                                            inputs.mask)  # fmt: skip
-        return Term(values, coef, metrics)
-
-    return term
-
-
-def _check_fraction(name: str, value, *, what: str) -> float:
-    x = check_positive(name, value, what=what)
-    if x > 1:
-        raise ValueError(f"{what}: {name} is a fraction of the tokens, in (0, 1], got {x}")
-    return x
-
-
-def _kl_cov(kl_cov_ratio: float = 2e-4, ppo_kl_coef: float = 0.1) -> TermFn:
-    """KL-Cov (verl ``kl_cov``; Cui et al. 2025, arXiv 2505.22617): ℓ = (−Â·r + κ·|log r|·S)·ρ, no clip.
-
-    S marks the k = max(⌊ratio·N⌋, 1) valid tokens of largest covariance (Â_it − Ā)(logp_it − l̄) over the batch
-    (``rules.kl_cov_select``; within each of ``row_groups``, so not micro-batch invariant). c = r·ρ; the
-    penalty's g = κ·sgn(log r)·S·ρ. Defaults are verl's ``PolicyLossConfig`` (``kl_cov_ratio`` 2e-4,
-    ``ppo_kl_coef`` 0.1). Metrics ``penalty/token_frac`` (the share of tokens penalised), ``penalty/mean``,
-    ``penalty/grad_share``.
-    """
-    ratio = _check_fraction("kl_cov_ratio", kl_cov_ratio, what="kl_cov")
-    kappa = check_positive("ppo_kl_coef", ppo_kl_coef, what="kl_cov", allow_zero=True)
-
-    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        adv = inputs.adv
-        with torch.no_grad():
-            sel = rules.kl_cov_select(inputs.logp, adv, inputs.mask, ratio=ratio, groups=inputs.row_groups)
-            s = sel.to(log_ratio.dtype)
-        values = _weigh(-adv * torch.exp(log_ratio) + kappa * log_ratio.abs() * s, rho)  # (B, T)
-        with torch.no_grad():
-            lr = log_ratio.detach()
-            coef = _weigh(torch.exp(lr), rho)
-            grad = _weigh(kappa * torch.sign(lr) * s, rho)
-            metrics = rules.penalty_metrics(_weigh(kappa * lr.abs() * s, rho), coef, adv, grad, inputs.mask)
-            metrics["penalty/token_frac"] = _masked_frac(sel, inputs.mask)
-        return Term(values, coef, metrics)
-
-    return term
-
-
-@_hyperparameters_of(rules.clip_cov)
-def _clip_cov(*, clip_ratio_low: float, clip_ratio_high: float, clip_cov_ratio: float, clip_cov_lb: float,
-              clip_cov_ub: float) -> TermFn:  # fmt: skip
-    """Clip-Cov (verl ``clip_cov``; Cui et al. 2025, arXiv 2505.22617): ℓ = max(−r·Â, −clip(r)·Â)·K·ρ.
-
-    K = 0 on k = max(⌊ratio·N⌋, 1) tokens drawn at random (torch's global generator, as verl: seed it) among the
-    valid tokens the clip leaves active whose covariance (Â_it − Ā)(logp_it − l̄) lies strictly inside
-    (lb, ub) (``rules.clip_cov_keep``; within each of ``row_groups``). Defaults are verl's ``PolicyLossConfig``
-    (``clip_cov_ratio`` 2e-4, ``clip_cov_lb`` 1, ``clip_cov_ub`` 5) and ``ActorConfig`` (ε = 0.2, no dual clip).
-    Metrics: ``clipfrac`` the share of tokens detached (verl's), the correction diagnostics of that set.
-    """
-    what = "clip_cov"
-    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what=what)
-    ratio = _check_fraction("clip_cov_ratio", clip_cov_ratio, what=what)
-    lb, ub = check_number("clip_cov_lb", clip_cov_lb, what=what), check_number("clip_cov_ub", clip_cov_ub, what=what)
-    if not lb < ub:
-        raise ValueError(f"{what}: need clip_cov_lb < clip_cov_ub, got {lb} and {ub}")
-    return _correction_term(what, lambda i: rules.clip_cov(
-        i.logp, i.old_logp, i.adv, i.mask, clip_ratio_low=low, clip_ratio_high=high, clip_cov_ratio=ratio,
-        clip_cov_lb=lb, clip_cov_ub=ub, log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
-
-
-@_hyperparameters_of(rules.prime_rl)
-def _prime_rl(*, delta_low: float, delta_high: float, adv_tau: float, kl_tau: float) -> TermFn:
-    """prime-rl's default loss (prime-rl 0.8.0, ``trainer/rl/loss.py`` ``default_loss_fn``): DPPO-Binary-TV
-    (arXiv 2602.04879) with Kimi K2.5's squared log ratio (arXiv 2602.02276),
-
-        ℓ = −M·τ_A·Â·w + τ_KL·(log w)²,   w = π_θ/π_sampler = r·ρ (gradient through w)
-
-    M drops a token whose probability moved past δ along Â's push, against the sampler's probability π_old/ρ
-    (``rules.prime_rl``); the squared log ratio acts on every valid token. Defaults are prime-rl's
-    ``DefaultLossConfig`` (``dppo_mask_low/high`` 0.2, ``adv_tau`` 1, ``kl_tau`` 1e-3); default aggregation
-    ``token-mean`` (prime-rl divides the summed loss by the batch's loss tokens).
-    """
-    what = "prime_rl"
-    lo = corrections.check_positive("delta_low", delta_low, what=what, allow_zero=True)
-    hi = corrections.check_positive("delta_high", delta_high, what=what, allow_zero=True)
-    a_tau = corrections.check_positive("adv_tau", adv_tau, what=what, allow_zero=True)
-    k_tau = corrections.check_positive("kl_tau", kl_tau, what=what, allow_zero=True)
-    return _correction_term(what, lambda i: rules.prime_rl(
-        i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, adv_tau=a_tau, kl_tau=k_tau,
-        log_rho=i.rollout_log_ratio))  # fmt: skip
-
-
+@objective("geo_mask", family="rule", optional_inputs=_EXTRA_INPUTS,
+           summary="any ``base`` objective on the rows whose geometric-mean ratio lies in [lo, hi]",
+           source="SkyRL 0.3.0 off_policy_correction sequence_mask_metric='geometric', geo_mask_low/high 0.99 / 1.01")
 def _geo_mask(lo: float = 0.99, hi: float = 1.01, base: str = "grpo",
               base_kwargs: Optional[Mapping[str, object]] = None) -> TermFn:  # fmt: skip
     """SkyRL's geometric-mean sequence mask (``off_policy_correction.sequence_mask_metric="geometric"``) on any
@@ -802,6 +526,9 @@ def _geo_mask(lo: float = 0.99, hi: float = 1.01, base: str = "grpo",
     return _sequence_mask("geo_mask", "geometric", lo, hi, base, base_kwargs)
 
 
+@objective("product_mask", family="rule", optional_inputs=_EXTRA_INPUTS,
+           summary="geo_mask with the product of the token ratios",
+           source="SkyRL 0.3.0 off_policy_correction sequence_mask_metric='product', product_mask_low/high 0.5 / 2")
 def _product_mask(lo: float = 0.5, hi: float = 2.0, base: str = "grpo",
                   base_kwargs: Optional[Mapping[str, object]] = None) -> TermFn:  # fmt: skip
     """SkyRL's product sequence mask (``sequence_mask_metric="product"``): as ``geo_mask`` with the sequence ratio
@@ -810,11 +537,15 @@ def _product_mask(lo: float = 0.5, hi: float = 2.0, base: str = "grpo",
 
 
 def _sequence_mask(what: str, metric: str, lo, hi, base, base_kwargs) -> TermFn:
-    lo, hi = corrections.check_band(lo, hi, what=what)
+    lo, hi = check_band(lo, hi, what=what)
     inner = _base_objective(what, base, base_kwargs)
     return RejectionTerm(inner, functools.partial(rules.sequence_ratio_keep, metric=metric, lo=lo, hi=hi))
 
 
+@objective("outlier_mask", family="rule", optional_inputs=_EXTRA_INPUTS,
+           summary="any ``base`` objective on the rows with no token ratio outside [lo, hi]",
+           source="SkyRL 0.3.0 off_policy_correction outlier_token_is_threshold_low/high (off by default; its "
+                  "suggested 1e-4 / 100)")
 def _outlier_mask(lo: Optional[float] = 1e-4, hi: Optional[float] = 100.0, base: str = "grpo",
                   base_kwargs: Optional[Mapping[str, object]] = None) -> TermFn:  # fmt: skip
     """SkyRL's outlier-token mask (``outlier_token_is_threshold_low/high``): a row with any valid token whose
@@ -825,107 +556,17 @@ def _outlier_mask(lo: Optional[float] = 1e-4, hi: Optional[float] = 100.0, base:
     what = "outlier_mask"
     if lo is None and hi is None:
         raise ValueError(f"{what}: lo and hi are both None; set at least one bound")
-    lo = None if lo is None else corrections.check_cap(lo, what=what, name="lo")
-    hi = None if hi is None else corrections.check_cap(hi, what=what, name="hi")
+    lo = None if lo is None else check_cap(lo, what=what, name="lo")
+    hi = None if hi is None else check_cap(hi, what=what, name="hi")
     if lo is not None and hi is not None and not lo < hi:
         raise ValueError(f"{what}: need lo < hi, got lo={lo}, hi={hi}")
     inner = _base_objective(what, base, base_kwargs)
     return RejectionTerm(inner, functools.partial(rules.outlier_token_keep, lo=lo, hi=hi))
 
 
-def _two_sided(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, delta: float = 4.0) -> TermFn:
-    """Two-sided GRPO clip (TRL ``GRPOConfig.delta``; INTELLECT-2, arXiv 2505.07291):
-
-        ℓ = −min(min(r, δ)·Â, clip(r, 1−ε_l, 1+ε_h)·Â)·ρ
-
-    δ bounds the ratio of a negative-advantage token from above (``rules.two_sided_clip``); with δ ≥ 1 + ε_h it
-    is PPO's dual clip at c = δ. Defaults: TRL's ``epsilon`` 0.2 and δ = 4, the INTELLECT-2 setting (section 4.1)
-    TRL's paper index gives; default aggregation ``token-mean`` (TRL's default ``loss_type="dapo"``). Metrics
-    ``clipfrac_high``, ``clipfrac_low`` and ``clipfrac_dual`` (Â < 0, r > δ).
-    """
-    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="two_sided")
-    delta = check_positive("delta", delta, what="two_sided")
-
-    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
-        loss, coef, cuts = rules.two_sided_clip(inputs.adv, torch.exp(log_ratio), low, high, delta)
-        with torch.no_grad():
-            metrics = _clip_fractions(inputs.mask, cuts["high"], cuts["low"], cuts["delta"])
-        return Term(_weigh(loss, rho), _weigh(coef, rho), metrics)
-
-    return term
-
-
 # --------------------------------------------------------------------------------------------------
-# The table: one entry per objective
+# What the registry says of an objective
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One objective: the factory of its term, where its formula and defaults come from, its default
-    aggregation, and what its term needs."""
-
-    factory: Callable[..., TermFn]  # hyperparameters (with their published defaults) -> term; checks them
-    source: str = ""  # the publication and the framework setting its formula and defaults are taken from
-    default_agg: str = TOKEN_MEAN
-    per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
-    inputs: Tuple[str, ...] = ()  # extra (B, T) tensors the term reads from ``inputs.extra``
-    optional_inputs: Tuple[str, ...] = ()  # extra (B, T) tensors a call may leave out
-
-
-_TABLE: Dict[str, _Entry] = {
-    "respo": _Entry(_respo, "ReSPO, Chen, Ban, Hsieh (2026), arXiv 2609.35433: the published branches (2, .5, 2) / (1, .5, 2)"),
-    "vespo": _Entry(_vespo, "VESPO, arXiv 2602.10693; TRL 1.16 loss_type='vespo': (k, λ) = (2, 3) / (3, 2)"),
-    "reshaped": _Entry(_reshaped, "respo: any kernel per advantage sign; defaults ReSPO's branches"),
-    "grpo": _Entry(_grpo, "Shao et al. (2024); verl 0.9.1 loss_mode='vanilla', ActorConfig ε = 0.2, clip_ratio_c = 3"),
-    "gspo": _Entry(_gspo, "GSPO, arXiv 2507.18071 (ε = 3e-4 / 4e-4, seq-mean-token-mean); verl 0.9.1 loss_mode='gspo'",
-                   default_agg=SEQ_MEAN),
-    "cispo": _Entry(_cispo, "MiniMax-M1, arXiv 2506.13585; verl 0.9.1 loss_mode='cispo', ActorConfig ε = 0.2"),
-    "sapo": _Entry(_sapo, "SAPO, arXiv 2511.20347; verl 0.9.1 loss_mode='sapo': τ⁺ = 1.0, τ⁻ = 1.05", default_agg=SEQ_MEAN),
-    "gmpo": _Entry(_gmpo, "GMPO, arXiv 2507.20673; verl 0.9.1 loss_mode='geo_mean', log-space clip 0.4", default_agg=SEQ_MEAN,
-                   per_sequence=True),
-    "topr": _Entry(_topr, "TOPR, Le Roux et al. (2025), arXiv 2503.14286 (no hyperparameters)"),
-    "reinforce": _Entry(_reinforce, "REINFORCE with the given advantages, the on-policy floor (no hyperparameters)"),
-    "tis": _Entry(_tis, "TIS, Yao et al. (2025); verl 0.9.1 rollout_correction, its bypass_pg_is preset (sequence, C = 2)"),
-    "mis": _Entry(_mis, "MIS, Liu, Li et al. (2025); TRL 1.16 vllm_importance_sampling_mode='sequence_mask', clip_max 3"),
-    "icepop": _Entry(_icepop, "IcePop, Ring-1T, arXiv 2510.18855; verl 0.9.1 bypass_pg_token_icepop preset, [0.5, 5]"),
-    "m2po": _Entry(_m2po, "M2PO, Zheng et al. (2025), arXiv 2510.01161; AReaL actor.m2_threshold = 0.04"),
-    "decoupled": _Entry(_decoupled, "Hilton et al. (2022), arXiv 2110.00641; AReaL use_decoupled_loss, behav_imp_weight_cap 5",
-                        optional_inputs=("prox_logp", "staleness")),
-    "opsm": _Entry(_opsm, "OPSM, DeepSeek-V3.2, arXiv 2512.02556 eq. 9; TRL 1.16 off_policy_mask_threshold (its example 0.5)"),
-    "dppo_tv": _Entry(_dppo_tv, "DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_tv', its DPPO recipe (δ = 0.15, C = 1e4)"),
-    "dppo_kl": _Entry(_dppo_kl, "DPPO, arXiv 2602.04879; verl 0.9.1 loss_mode='dppo_kl', its DPPO recipe (δ = 0.05, C = 1e4)"),
-    "luspo": _Entry(_luspo, "LUSPO, arXiv 2602.05261; TRL 1.16 loss_type='luspo', ε = 0.2", default_agg=SEQ_MEAN_TOKEN_SUM),
-    "klrs": _Entry(_klrs, "Liu et al. (2025); verl 0.9.1 rollout_correction.rollout_rs, its seq_mean_k3 preset (0.01) on "
-                          "bypass REINFORCE", optional_inputs=_EXTRA_INPUTS),
-    "gpg": _Entry(_gpg, "GPG, Chu et al. (2025), arXiv 2504.02546; verl 0.9.1 loss_mode='gpg' (no hyperparameters)"),
-    "dro": _Entry(_dro, "verl 0.9.1 loss_mode='dro' (policy_loss.dro_beta has no default, required > 0: β = 1 is respo's)"),
-    "clip_cov": _Entry(_clip_cov, "Clip-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='clip_cov', "
-                                  "PolicyLossConfig clip_cov_ratio 2e-4, lb 1, ub 5, ActorConfig ε = 0.2"),
-    "kl_cov": _Entry(_kl_cov, "KL-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='kl_cov', "
-                              "PolicyLossConfig kl_cov_ratio 2e-4, ppo_kl_coef 0.1"),
-    "prime_rl": _Entry(_prime_rl, "prime-rl 0.8.0 default loss (DefaultLossConfig: dppo_mask 0.2, adv_tau 1, kl_tau 1e-3): "
-                                  "DPPO-Binary-TV, arXiv 2602.04879, + Kimi K2.5's (log r)², arXiv 2602.02276"),
-    "geo_mask": _Entry(_geo_mask, "SkyRL 0.3.0 off_policy_correction sequence_mask_metric='geometric', geo_mask_low/high "
-                                  "0.99 / 1.01", optional_inputs=_EXTRA_INPUTS),
-    "product_mask": _Entry(_product_mask, "SkyRL 0.3.0 off_policy_correction sequence_mask_metric='product', "
-                                          "product_mask_low/high 0.5 / 2", optional_inputs=_EXTRA_INPUTS),
-    "outlier_mask": _Entry(_outlier_mask, "SkyRL 0.3.0 off_policy_correction outlier_token_is_threshold_low/high (off by "
-                                          "default; its suggested 1e-4 / 100)", optional_inputs=_EXTRA_INPUTS),
-    "two_sided": _Entry(_two_sided, "INTELLECT-2, arXiv 2505.07291 (δ = 4, ε = 0.2); TRL 1.16 GRPOConfig delta"),
-}  # fmt: skip
-
-
-#: The factories whose term is a ``SequenceWeightTerm`` (two kernels, REINFORCE-shaped).
-_SEQUENCE_WEIGHT_FACTORIES = (_respo, _vespo, _reshaped, _topr, _reinforce)
-
-
-class UnknownObjectiveError(ValueError):
-    """``name`` is not an objective; ``valid`` lists the objectives."""
-
-    def __init__(self, name: object, valid: List[str]):
-        self.name, self.valid = name, valid
-        super().__init__(f"unknown objective {name!r}; valid objectives: {', '.join(valid)}")
 
 
 class UnknownHyperparameterError(ValueError):
@@ -937,31 +578,19 @@ class UnknownHyperparameterError(ValueError):
         super().__init__(f"unknown hyperparameter(s) {unknown} for objective {objective!r}; valid: {listed}")
 
 
-def _entry(name: str) -> _Entry:
-    try:
-        return _TABLE[name]
-    except (KeyError, TypeError):
-        raise UnknownObjectiveError(name, sorted(_TABLE)) from None
-
-
-def _defaults(entry: _Entry) -> Dict[str, object]:
-    """The hyperparameters of ``entry``'s factory with their published defaults."""
-    return {p.name: p.default for p in inspect.signature(entry.factory).parameters.values()}
-
-
 def hyperparameters(name: str) -> Dict[str, object]:
     """The hyperparameters of objective ``name`` with their published defaults."""
-    return _defaults(_entry(name))
+    return get_spec(name).hyperparameters
 
 
 def objective_source(name: str) -> str:
     """Where objective ``name``'s formula and defaults come from: the publication and the framework setting."""
-    return _entry(name).source
+    return get_spec(name).source
 
 
 def default_agg_mode(name: str) -> str:
     """The aggregation objective ``name`` uses unless a call names another."""
-    return _entry(name).default_agg
+    return get_spec(name).default_agg
 
 
 # --------------------------------------------------------------------------------------------------
@@ -992,7 +621,7 @@ class Objective:
     @property
     def hyperparameters(self) -> Dict[str, object]:
         """Hyperparameter names of this objective with their published defaults."""
-        return _defaults(_TABLE[self.name])
+        return get_spec(self.name).hyperparameters
 
     def agg_mode(self, loss_agg_mode: Optional[str] = None) -> str:
         """The aggregation ``loss_agg_mode`` names, or the objective's default when None/empty (checked)."""
@@ -1080,18 +709,18 @@ def build_objective(name: str, *, loss_agg_mode: Optional[str] = None, **hparams
       ValueError: an unknown name or hyperparameter (the message lists the valid ones; the errors are
         ``UnknownObjectiveError`` and ``UnknownHyperparameterError``), a bad value or aggregation.
     """
-    return _build(name, _entry(name), loss_agg_mode, hparams)
+    return _build(get_spec(name), loss_agg_mode, hparams)
 
 
-def _build(name: str, entry: _Entry, loss_agg_mode: Optional[str], hparams: Mapping[str, object]) -> Objective:
-    """``build_objective`` with the table entry already looked up (once per build)."""
-    valid = _defaults(entry)
+def _build(spec: ObjectiveSpec, loss_agg_mode: Optional[str], hparams: Mapping[str, object]) -> Objective:
+    """``build_objective`` with the registration already looked up (once per build)."""
+    name, valid = spec.name, spec.hyperparameters
     unknown = sorted(set(hparams) - set(valid))
     if unknown:
         raise UnknownHyperparameterError(name, unknown, valid)
-    term = entry.factory(**hparams)
+    term = spec.factory(**hparams)
     # a composed term (``RejectionTerm``) carries its base objective's aggregation and extra inputs
-    default_agg, per_sequence, inputs, optional = (getattr(term, k, getattr(entry, k)) for k in
+    default_agg, per_sequence, inputs, optional = (getattr(term, k, getattr(spec, k)) for k in
                                                    ("default_agg", "per_sequence", "inputs", "optional_inputs"))  # fmt: skip
     objective = Objective(name, term, default_agg, per_sequence, default_agg, inputs, optional)
     mode = objective.agg_mode(loss_agg_mode)
@@ -1107,7 +736,7 @@ def sequence_kernels(name: str, **hparams) -> Tuple[Kernel, Kernel]:
     """
     objective = build_objective(name, **hparams)
     if objective.kernels is None:
-        known = [k for k, entry in _TABLE.items() if entry.factory in _SEQUENCE_WEIGHT_FACTORIES]
+        known = objective_names(family="sequence-weight")
         raise ValueError(f"{name!r} is not a sequence-weight objective; known: {', '.join(known)}")
     return objective.kernels
 
@@ -1150,54 +779,98 @@ def policy_loss(
     """
     if isinstance(name, Objective):
         return name(logp, old_logp, advantages, mask, loss_agg_mode=loss_agg_mode, **kwargs)
-    entry = _entry(name)
-    call_names = set(COMMON_KWARGS) | set(entry.inputs) | set(entry.optional_inputs)
+    spec = get_spec(name)
+    call_names = set(COMMON_KWARGS) | set(spec.inputs) | set(spec.optional_inputs)
     hparams = {k: kwargs.pop(k) for k in list(kwargs) if k not in call_names}
-    objective = _build(name, entry, loss_agg_mode, hparams)
+    objective = _build(spec, loss_agg_mode, hparams)
     return objective(logp, old_logp, advantages, mask, **kwargs)
 
 
-def _loss_function(name: str) -> LossFn:
+# --------------------------------------------------------------------------------------------------
+# The loss functions: ``<name>_loss`` and ``OBJECTIVES`` for every objective in the registry
+# --------------------------------------------------------------------------------------------------
+
+
+def _loss_function(spec: ObjectiveSpec) -> LossFn:
     """``<name>_loss(logp, old_logp, advantages, mask, **kwargs)``: ``policy_loss(name, ...)``, with the
-    factory's docstring and the signature of an objective's call with its hyperparameters (and extra
-    inputs) added as keyword-only arguments."""
+    factory's docstring and, as its signature, an objective's call with the factory's hyperparameters (and
+    the registered extra inputs) added as keyword-only arguments."""
+    name = spec.name
 
     def loss(logp, old_logp, advantages, mask, **kwargs):
         return policy_loss(name, logp, old_logp, advantages, mask, **kwargs)
 
-    entry = _entry(name)
     params = [p for p in _CALL.parameters.values() if p.name != "self"]
     tensors = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
     options = [p for p in params if p.kind is p.KEYWORD_ONLY]
-    own = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(entry.factory).parameters.values()]
-    own += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=torch.Tensor) for k in entry.inputs]
+    own = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(spec.factory).parameters.values()]
+    own += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, annotation=torch.Tensor) for k in spec.inputs]
     own += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[torch.Tensor])
-            for k in entry.optional_inputs]  # fmt: skip
+            for k in spec.optional_inputs]  # fmt: skip
     loss.__signature__ = inspect.Signature(tensors + own + options)  # type: ignore[attr-defined]
     loss.__name__ = loss.__qualname__ = f"{name}_loss"
-    loss.__doc__ = entry.factory.__doc__
+    loss.__doc__ = spec.factory.__doc__
     return loss
 
 
-OBJECTIVES: Dict[str, LossFn] = {name: _loss_function(name) for name in _TABLE}
-respo_loss, vespo_loss, reshaped_loss = OBJECTIVES["respo"], OBJECTIVES["vespo"], OBJECTIVES["reshaped"]
-topr_loss, reinforce_loss = OBJECTIVES["topr"], OBJECTIVES["reinforce"]
-grpo_loss, gspo_loss, cispo_loss = OBJECTIVES["grpo"], OBJECTIVES["gspo"], OBJECTIVES["cispo"]
-sapo_loss, gmpo_loss = OBJECTIVES["sapo"], OBJECTIVES["gmpo"]
-tis_loss, mis_loss, icepop_loss = OBJECTIVES["tis"], OBJECTIVES["mis"], OBJECTIVES["icepop"]
-m2po_loss, decoupled_loss, opsm_loss = OBJECTIVES["m2po"], OBJECTIVES["decoupled"], OBJECTIVES["opsm"]
+class _LossFunctions(Mapping):
+    """name -> ``<name>_loss`` for every objective in the registry, in catalogue order (read when used, so an
+    objective registered later is in it)."""
+
+    def __init__(self):
+        self._made: Dict[str, Tuple[ObjectiveSpec, LossFn]] = {}
+
+    def __getitem__(self, name: str) -> LossFn:
+        try:
+            spec = get_spec(name)
+        except UnknownObjectiveError:
+            raise KeyError(name) from None
+        made = self._made.get(name)
+        if made is None or made[0] is not spec:
+            made = self._made[name] = (spec, _loss_function(spec))
+        return made[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(objective_names())
+
+    def __len__(self) -> int:
+        return len(objective_names())
+
+    def __repr__(self) -> str:
+        return f"OBJECTIVES({', '.join(self)})"
+
+
+#: name -> ``<name>_loss`` of every registered objective.
+OBJECTIVES: Mapping[str, LossFn] = _LossFunctions()
 
 
 def get_objective(name: str) -> LossFn:
-    """The loss function ``<name>_loss`` of objective ``name``."""
-    _entry(name)
+    """The loss function ``<name>_loss`` of objective ``name`` (``OBJECTIVES[name]``)."""
+    get_spec(name)
+    return OBJECTIVES[name]
+
+
+def loss_function_name(attr: str) -> Optional[str]:
+    """The objective whose loss function is called ``attr`` (``<name>_loss``), or None."""
+    name = attr[: -len("_loss")] if attr.endswith("_loss") else None
+    return name if name in OBJECTIVES else None
+
+
+#: ``<name>_loss`` of the objectives registered when this module is imported, as module attributes.
+LOSS_FUNCTIONS: Tuple[str, ...] = tuple(f"{name}_loss" for name in OBJECTIVES)
+globals().update({f"{name}_loss": OBJECTIVES[name] for name in OBJECTIVES})
+
+
+def __getattr__(attr: str) -> LossFn:
+    """``<name>_loss`` of an objective registered after this module was imported."""
+    name = loss_function_name(attr)
+    if name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
     return OBJECTIVES[name]
 
 
 __all__ = [
-    "AGG_MODES", "COMMON_KWARGS", "OBJECTIVES", "Objective", "SequenceWeightTerm", "Term", "UnknownHyperparameterError",
-    "UnknownObjectiveError", "build_objective", "cispo_loss", "decoupled_loss", "default_agg_mode", "get_objective",
-    "gmpo_loss", "grpo_loss", "gspo_loss", "hyperparameters", "icepop_loss", "kernel_from_spec", "m2po_loss",
-    "mis_loss", "objective_source", "opsm_loss", "policy_loss", "reinforce_loss", "reshaped_loss", "respo_loss",
-    "sapo_loss", "sequence_kernels", "tis_loss", "topr_loss", "vespo_loss",
+    "AGG_MODES", "COMMON_KWARGS", "LOSS_FUNCTIONS", "OBJECTIVES", "Objective", "SequenceWeightTerm", "Term",
+    "UnknownHyperparameterError", "UnknownObjectiveError", "build_objective", "default_agg_mode", "get_objective",
+    "hyperparameters", "kernel_from_spec", "objective_source", "policy_loss", "sequence_kernels", *LOSS_FUNCTIONS,
 ]  # fmt: skip

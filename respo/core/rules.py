@@ -1,18 +1,39 @@
 """The field's other policy-loss rules: verl 0.9.1's ``dro``, ``clip_cov``, ``kl_cov`` and ``gpg``, prime-rl's
 default loss, SkyRL's off-policy masks and TRL's two-sided clip (docs/method.md gives their formulas and sources).
 
-Pure functions of tensors (torch only). Notation as in ``respo.core.corrections``: r_it = π_θ/π_old of the
-sampled token (with grad), log w_it = logp − old_logp (+ log ρ) detached, ρ the rollout weight, Â the advantage,
-m the mask; every gradient is written ∇ℓ_it = (−c_it·Â_it + g_it)·∇logp_it with c the detached coefficient of
-the advantage term (what ``coef_mean`` and the starvation diagnostics read) and g the gradient of a penalty term,
-where the rule has one:
+Pure functions of tensors (torch only), each rule an objective registered beside its function. Notation as in
+``respo.core.corrections``: r_it = π_θ/π_old of the sampled token (with grad), log w_it = logp − old_logp (+ log ρ)
+detached, ρ the rollout weight, Â the advantage, m the mask; every gradient is written
+∇ℓ_it = (−c_it·Â_it + g_it)·∇logp_it with c the detached coefficient of the advantage term (what ``coef_mean``
+and the starvation diagnostics read) and g the gradient of a penalty term, where the rule has one: c = ρ for gpg
+and dro (g = β·log r·ρ), c = r·ρ for kl_cov (g = κ·sgn(log r)·S·ρ, S the top-k tokens by covariance), c = M·τ_A·w
+for prime_rl (g = 2τ_KL·log w, w = r·ρ = π_θ/π_sampler), and clip_cov's K = 0 on k random tokens of the
+covariance band.
 
-    gpg        ℓ = −Â·logp·ρ                                  c = ρ, no penalty
-    dro        ℓ = −(Â·logp − ½β(log r)²)·ρ                   c = ρ, g = β·log r·ρ
-    kl_cov     ℓ = (−Â·r + κ·|log r|·S_it)·ρ                  c = r·ρ, g = κ·sgn(log r)·S·ρ (S: top-k by covariance)
-    clip_cov   ℓ = max(−r·Â, −clip(r, 1−ε_l, 1+ε_h)·Â)·K_it·ρ  K = 0 on k random tokens of the covariance band
-    prime_rl   ℓ = −M·τ_A·Â·w + τ_KL·(log w)²                 w = r·ρ = π_θ/π_sampler, M DPPO's TV mask, g = 2τ_KL·log w
-    two_sided  ℓ = −min(min(r, δ)·Â, clip(r, 1−ε_l, 1+ε_h)·Â)·ρ  (TRL ``delta``)
+The rules (``python scripts/catalogue.py`` writes the list from the registry):
+
+    gpg            −Â·logp·ρ
+                   no hyperparameters; token-mean
+                   GPG, Chu et al. (2025), arXiv 2504.02546; verl 0.9.1 loss_mode='gpg' (no hyperparameters)
+    dro            −(Â·logp − ½β(log r)²)·ρ
+                   beta=1.0; token-mean
+                   verl 0.9.1 loss_mode='dro' (policy_loss.dro_beta has no default, required > 0: β = 1 is respo's)
+    kl_cov         −Â·r·ρ plus κ·|log r|·ρ on the k tokens of largest covariance
+                   kl_cov_ratio=0.0002, ppo_kl_coef=0.1; token-mean
+                   KL-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='kl_cov', PolicyLossConfig
+                   kl_cov_ratio 2e-4, ppo_kl_coef 0.1
+    clip_cov       PPO clip with the gradient of k random tokens of a covariance band detached
+                   clip_ratio_low=0.2, clip_ratio_high=0.2, clip_cov_ratio=0.0002, clip_cov_lb=1.0, clip_cov_ub=5.0;
+                   token-mean
+                   Clip-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='clip_cov', PolicyLossConfig
+                   clip_cov_ratio 2e-4, lb 1, ub 5, ActorConfig ε = 0.2
+    prime_rl       −M·τ_A·Â·w + τ_KL·(log w)², M DPPO's binary-TV mask, w = π_θ/π_sampler
+                   delta_low=0.2, delta_high=0.2, adv_tau=1.0, kl_tau=0.001; token-mean
+                   prime-rl 0.8.0 default loss (DefaultLossConfig: dppo_mask 0.2, adv_tau 1, kl_tau 1e-3):
+                   DPPO-Binary-TV, arXiv 2602.04879, + Kimi K2.5's (log r)², arXiv 2602.02276
+    two_sided      −min(min(r, δ)·Â, clip(r)·Â)·ρ
+                   clip_ratio_low=0.2, clip_ratio_high=0.2, delta=4.0; token-mean
+                   INTELLECT-2, arXiv 2505.07291 (δ = 4, ε = 0.2); TRL 1.16 GRPOConfig delta
 
 The covariance of a token is cov_it = (Â_it − Ā)(logp_it − l̄), Ā and l̄ the means over the valid tokens of the
 batch (or of each of ``groups``): Clip-Cov and KL-Cov (Cui et al. 2025, "The entropy mechanism of reinforcement
@@ -34,9 +55,11 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from respo.core.corrections import Correction, dppo_keep
-from respo.core.diagnostics import stat_dtype
+from respo.core.checks import LossInputs, check_clip, check_fraction, check_number, check_positive
+from respo.core.corrections import Correction, correction_term, dppo_keep
+from respo.core.diagnostics import clip_fractions, masked_frac, stat_dtype
 from respo.core.ratios import LOG_W_CLAMP, ppo_clip
+from respo.core.registry import Term, TermFn, objective, weigh
 
 Metrics = Dict[str, torch.Tensor]
 
@@ -72,6 +95,50 @@ def penalty_metrics(penalty: torch.Tensor, coef: torch.Tensor, adv: torch.Tensor
     total = pen + adv_part
     share = torch.where(total > 0, pen / total.clamp(min=1e-38), torch.full((), math.nan, dtype=dtype, device=mask.device))
     return {"penalty/mean": _masked_mean(penalty.detach(), mask), "penalty/grad_share": share}
+
+
+# --------------------------------------------------------------------------------------------------
+# verl's gpg and dro
+# --------------------------------------------------------------------------------------------------
+
+
+@objective("gpg", family="rule", summary="−Â·logp·ρ",
+           source="GPG, Chu et al. (2025), arXiv 2504.02546; verl 0.9.1 loss_mode='gpg' (no hyperparameters)")
+def _gpg_objective() -> TermFn:
+    """GPG (verl ``gpg``; Chu et al. 2025, arXiv 2504.02546): ℓ = −Â·logp·ρ, REINFORCE with the rollout weight
+    multiplying the per-token loss as verl does (``reinforce`` ignores ρ). GPG's own advantage (verl's
+    ``adv_estimator=gpg``) is the caller's; the loss has no hyperparameters. Coefficient c = ρ (1 without ρ).
+    """
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        values = weigh(-inputs.adv * inputs.logp, rho)  # (B, T)
+        coef = torch.ones_like(log_ratio.detach()) if rho is None else rho
+        return Term(values, coef)
+
+    return term
+
+
+@objective("dro", family="rule", summary="−(Â·logp − ½β(log r)²)·ρ",
+           source="verl 0.9.1 loss_mode='dro' (policy_loss.dro_beta has no default, required > 0: β = 1 is respo's)")
+def _dro_objective(beta: float = 1.0) -> TermFn:
+    """DRO (verl ``dro``): ℓ = −(Â·logp − ½β·(log r)²)·ρ, REINFORCE with a quadratic log-ratio penalty.
+
+    ∇ℓ = −(Â − β·log r)·ρ·∇logp: c = ρ, the penalty's g = β·log r·ρ (metrics ``penalty/mean``,
+    ``penalty/grad_share``).
+    verl 0.9.1 ships no default (``policy_loss.dro_beta: null``, required > 0); β = 1 is respo's, the unit
+    penalty, to be set by the run. Default aggregation ``token-mean``.
+    """
+    beta = check_positive("beta", beta, what="dro")
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        values = weigh(-(inputs.adv * inputs.logp - 0.5 * beta * log_ratio.square()), rho)  # (B, T)
+        with torch.no_grad():
+            lr = log_ratio.detach()
+            coef = torch.ones_like(lr) if rho is None else rho
+            metrics = penalty_metrics(coef * 0.5 * beta * lr.square(), coef, inputs.adv, coef * beta * lr, inputs.mask)
+        return Term(values, coef, metrics)
+
+    return term
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,6 +204,38 @@ def kl_cov_select(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *, 
     return _per_group(select, groups, mask, logp, adv.expand_as(logp))
 
 
+@objective("kl_cov", family="rule", summary="−Â·r·ρ plus κ·|log r|·ρ on the k tokens of largest covariance",
+           source="KL-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='kl_cov', "
+                  "PolicyLossConfig kl_cov_ratio 2e-4, ppo_kl_coef 0.1")
+def _kl_cov_objective(kl_cov_ratio: float = 2e-4, ppo_kl_coef: float = 0.1) -> TermFn:
+    """KL-Cov (verl ``kl_cov``; Cui et al. 2025, arXiv 2505.22617): ℓ = (−Â·r + κ·|log r|·S)·ρ, no clip.
+
+    S marks the k = max(⌊ratio·N⌋, 1) valid tokens of largest covariance (Â_it − Ā)(logp_it − l̄) over the batch
+    (``kl_cov_select``; within each of ``row_groups``, so not micro-batch invariant). c = r·ρ; the
+    penalty's g = κ·sgn(log r)·S·ρ. Defaults are verl's ``PolicyLossConfig`` (``kl_cov_ratio`` 2e-4,
+    ``ppo_kl_coef`` 0.1). Metrics ``penalty/token_frac`` (the share of tokens penalised), ``penalty/mean``,
+    ``penalty/grad_share``.
+    """
+    ratio = check_fraction("kl_cov_ratio", kl_cov_ratio, what="kl_cov")
+    kappa = check_positive("ppo_kl_coef", ppo_kl_coef, what="kl_cov", allow_zero=True)
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        adv = inputs.adv
+        with torch.no_grad():
+            sel = kl_cov_select(inputs.logp, adv, inputs.mask, ratio=ratio, groups=inputs.row_groups)
+            s = sel.to(log_ratio.dtype)
+        values = weigh(-adv * torch.exp(log_ratio) + kappa * log_ratio.abs() * s, rho)  # (B, T)
+        with torch.no_grad():
+            lr = log_ratio.detach()
+            coef = weigh(torch.exp(lr), rho)
+            grad = weigh(kappa * torch.sign(lr) * s, rho)
+            metrics = penalty_metrics(weigh(kappa * lr.abs() * s, rho), coef, adv, grad, inputs.mask)
+            metrics["penalty/token_frac"] = masked_frac(sel, inputs.mask)
+        return Term(values, coef, metrics)
+
+    return term
+
+
 def clip_cov_keep(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, clipped: torch.Tensor, *, ratio: float,
                   lb: float, ub: float, groups: Optional[torch.Tensor] = None) -> torch.Tensor:  # fmt: skip
     """Clip-Cov's K, (B, T) bool: False on the tokens whose gradient it detaches.
@@ -189,6 +288,31 @@ def clip_cov(logp, old_logp, adv, mask, *, clip_ratio_low: float = 0.2, clip_rat
     return Correction(clip.loss * k, coef, torch.zeros_like(valid), silenced, "token", metrics)
 
 
+@objective("clip_cov", family="rule", same_defaults_as=clip_cov,
+           summary="PPO clip with the gradient of k random tokens of a covariance band detached",
+           source="Clip-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='clip_cov', "
+                  "PolicyLossConfig clip_cov_ratio 2e-4, lb 1, ub 5, ActorConfig ε = 0.2")
+def _clip_cov_objective(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_cov_ratio: float = 2e-4,
+                        clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0) -> TermFn:  # fmt: skip
+    """Clip-Cov (verl ``clip_cov``; Cui et al. 2025, arXiv 2505.22617): ℓ = max(−r·Â, −clip(r)·Â)·K·ρ.
+
+    K = 0 on k = max(⌊ratio·N⌋, 1) tokens drawn at random (torch's global generator, as verl: seed it) among the
+    valid tokens the clip leaves active whose covariance (Â_it − Ā)(logp_it − l̄) lies strictly inside
+    (lb, ub) (``clip_cov_keep``; within each of ``row_groups``). Defaults are verl's ``PolicyLossConfig``
+    (``clip_cov_ratio`` 2e-4, ``clip_cov_lb`` 1, ``clip_cov_ub`` 5) and ``ActorConfig`` (ε = 0.2, no dual clip).
+    Metrics: ``clipfrac`` the share of tokens detached (verl's), the correction diagnostics of that set.
+    """
+    what = "clip_cov"
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what=what)
+    ratio = check_fraction("clip_cov_ratio", clip_cov_ratio, what=what)
+    lb, ub = check_number("clip_cov_lb", clip_cov_lb, what=what), check_number("clip_cov_ub", clip_cov_ub, what=what)
+    if not lb < ub:
+        raise ValueError(f"{what}: need clip_cov_lb < clip_cov_ub, got {lb} and {ub}")
+    return correction_term(what, lambda i: clip_cov(
+        i.logp, i.old_logp, i.adv, i.mask, clip_ratio_low=low, clip_ratio_high=high, clip_cov_ratio=ratio,
+        clip_cov_lb=lb, clip_cov_ub=ub, log_rho=i.rollout_log_ratio, groups=i.row_groups))  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------------
 # prime-rl's default loss
 # --------------------------------------------------------------------------------------------------
@@ -217,6 +341,32 @@ def prime_rl(logp, old_logp, adv, mask, *, delta_low: float = 0.2, delta_high: f
     metrics = penalty_metrics(kl_tau * log_w.detach().square(), coef, adv, grad, mask)
     metrics["clipfrac"] = _masked_mean(~keep, mask)  # the share the trust region masked (prime-rl's is_masked)
     return Correction(values, coef, torch.zeros_like(valid), ~keep & valid, "token", metrics)
+
+
+@objective("prime_rl", family="rule", same_defaults_as=prime_rl,
+           summary="−M·τ_A·Â·w + τ_KL·(log w)², M DPPO's binary-TV mask, w = π_θ/π_sampler",
+           source="prime-rl 0.8.0 default loss (DefaultLossConfig: dppo_mask 0.2, adv_tau 1, kl_tau 1e-3): "
+                  "DPPO-Binary-TV, arXiv 2602.04879, + Kimi K2.5's (log r)², arXiv 2602.02276")
+def _prime_rl_objective(delta_low: float = 0.2, delta_high: float = 0.2, adv_tau: float = 1.0,
+                        kl_tau: float = 1e-3) -> TermFn:  # fmt: skip
+    """prime-rl's default loss (prime-rl 0.8.0, ``trainer/rl/loss.py`` ``default_loss_fn``): DPPO-Binary-TV
+    (arXiv 2602.04879) with Kimi K2.5's squared log ratio (arXiv 2602.02276),
+
+        ℓ = −M·τ_A·Â·w + τ_KL·(log w)²,   w = π_θ/π_sampler = r·ρ (gradient through w)
+
+    M drops a token whose probability moved past δ along Â's push, against the sampler's probability π_old/ρ
+    (``prime_rl``); the squared log ratio acts on every valid token. Defaults are prime-rl's
+    ``DefaultLossConfig`` (``dppo_mask_low/high`` 0.2, ``adv_tau`` 1, ``kl_tau`` 1e-3); default aggregation
+    ``token-mean`` (prime-rl divides the summed loss by the batch's loss tokens).
+    """
+    what = "prime_rl"
+    lo = check_positive("delta_low", delta_low, what=what, allow_zero=True)
+    hi = check_positive("delta_high", delta_high, what=what, allow_zero=True)
+    a_tau = check_positive("adv_tau", adv_tau, what=what, allow_zero=True)
+    k_tau = check_positive("kl_tau", kl_tau, what=what, allow_zero=True)
+    return correction_term(what, lambda i: prime_rl(
+        i.logp, i.old_logp, i.adv, i.mask, delta_low=lo, delta_high=hi, adv_tau=a_tau, kl_tau=k_tau,
+        log_rho=i.rollout_log_ratio))  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -284,3 +434,27 @@ def two_sided_clip(adv: torch.Tensor, ratio: torch.Tensor, low: float, high: flo
         coef = torch.where(live, r, torch.zeros_like(r))
         cuts = {"high": (adv > 0) & (r > 1 + high), "low": (adv < 0) & (r < 1 - low), "delta": (adv < 0) & (r > delta)}
     return loss, coef, cuts
+
+
+@objective("two_sided", family="rule", summary="−min(min(r, δ)·Â, clip(r)·Â)·ρ",
+           source="INTELLECT-2, arXiv 2505.07291 (δ = 4, ε = 0.2); TRL 1.16 GRPOConfig delta")
+def _two_sided_objective(clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, delta: float = 4.0) -> TermFn:
+    """Two-sided GRPO clip (TRL ``GRPOConfig.delta``; INTELLECT-2, arXiv 2505.07291):
+
+        ℓ = −min(min(r, δ)·Â, clip(r, 1−ε_l, 1+ε_h)·Â)·ρ
+
+    δ bounds the ratio of a negative-advantage token from above (``two_sided_clip``); with δ ≥ 1 + ε_h it
+    is PPO's dual clip at c = δ. Defaults: TRL's ``epsilon`` 0.2 and δ = 4, the INTELLECT-2 setting (section 4.1)
+    TRL's paper index gives; default aggregation ``token-mean`` (TRL's default ``loss_type="dapo"``). Metrics
+    ``clipfrac_high``, ``clipfrac_low`` and ``clipfrac_dual`` (Â < 0, r > δ).
+    """
+    low, high, _ = check_clip(clip_ratio_low, clip_ratio_high, what="two_sided")
+    delta = check_positive("delta", delta, what="two_sided")
+
+    def term(inputs: LossInputs, log_ratio: torch.Tensor, rho: Optional[torch.Tensor]) -> Term:
+        loss, coef, cuts = two_sided_clip(inputs.adv, torch.exp(log_ratio), low, high, delta)
+        with torch.no_grad():
+            metrics = clip_fractions(inputs.mask, cuts["high"], cuts["low"], cuts["delta"])
+        return Term(weigh(loss, rho), weigh(coef, rho), metrics)
+
+    return term

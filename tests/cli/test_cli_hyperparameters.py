@@ -39,3 +39,28 @@ def test_an_unknown_objective_is_one_line(capsys):
     assert main(["hyperparameters", "grpo", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("respo hyperparameters: error: unknown objective(s) nope; valid objectives:")
+
+
+def test_the_guides_added_objective_is_called_and_listed(capsys):
+    # docs/extending.md, "Adding an objective": one function and one registration, run as written; policy_loss
+    # calls it (token-mean of −κ·Â·logp at κ = 2: −2·(log .5 + log .25)/2 = 2.0794) and `respo hyperparameters`
+    # lists it with its default, source and loss
+    import re
+    from pathlib import Path
+
+    from respo.core.registry import unregister_objective
+
+    text = (Path(__file__).parents[2] / "docs" / "extending.md").read_text()
+    section = text[text.index("## Adding an objective"): text.index("## Adding a task")]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    try:
+        exec(compile(code, "docs/extending.md", "exec"), {"__name__": "extending_example"})
+        assert respo.OBJECTIVES["scaled_reinforce"] is respo.scaled_reinforce_loss
+    finally:
+        if "scaled_reinforce" in respo.OBJECTIVES:
+            unregister_objective("scaled_reinforce")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "2.0794 2.0"
+    assert out[1:] == ["scaled_reinforce", "  aggregation: token-mean", "  hyperparameters: kappa=0.5",
+                       "  source: a worked example: REINFORCE with its step scaled by κ", "  loss: −κ·Â·logp"]
+    assert "scaled_reinforce" not in respo.OBJECTIVES

@@ -535,7 +535,10 @@ def test_an_objective_can_read_an_extra_per_token_input(monkeypatch):
     def factory():
         return _echo_prox_term
 
-    monkeypatch.setitem(O._TABLE, "echo", O._Entry(factory, inputs=("prox_logp",)))
+    from respo.core import registry
+
+    spec = registry.ObjectiveSpec("echo", factory, "−prox_logp·logp", "a test double", inputs=("prox_logp",))
+    monkeypatch.setitem(registry._REGISTRY, "echo", spec)
     # mask [[1, 1], [1, 0]], logp all −1, prox [[2, 3], [4, NaN]]: token-mean of −prox·logp over the 3
     # valid tokens = (2 + 3 + 4) / 3 = 3; the NaN is off the mask and never read.
     logp = torch.full((2, 2), -1.0, dtype=f64, requires_grad=True)

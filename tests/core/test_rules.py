@@ -30,6 +30,7 @@ import respo
 from respo import build_objective, hyperparameters, policy_loss
 from respo.core import rules
 from respo.core.objectives import default_agg_mode, objective_source
+from respo.core.registry import catalogue_table, objective_names
 
 f64 = torch.float64
 NEW = ("gpg", "dro", "clip_cov", "kl_cov", "prime_rl", "geo_mask", "product_mask", "outlier_mask", "two_sided")
@@ -78,6 +79,10 @@ def test_method_md_has_one_catalogue_row_per_objective():
     table = table[: table.index("\n\n", table.index("| name |"))]
     rows = re.findall(r"^\| `([a-z0-9_]+)` \|", table, flags=re.M)
     assert sorted(rows) == sorted(respo.OBJECTIVES) and len(rows) == len(set(rows))
+    # and it is the registry's catalogue to the letter: summaries, defaults, aggregations, sources
+    # (``python scripts/catalogue.py`` writes it; tests/core/test_catalogue.py checks every other place)
+    header = table[table.index("| name |"):]
+    assert header == catalogue_table(objective_names())
 
 
 # --------------------------------------------------------------------------------------------------

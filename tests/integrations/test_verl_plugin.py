@@ -38,3 +38,20 @@ def test_a_failed_registration_is_a_warning_naming_the_error(monkeypatch):
     with pytest.warns(RuntimeWarning, match=r"respo could not register its policy losses with verl \(ValueError: "
                                             r"the registry is gone\); loss_mode=respo"):
         plugin.load()
+
+
+def test_the_docstring_lists_the_losses_it_registers_from_the_registry():
+    # the module docstring's list is the registry's entries of OBJECTIVES + CORRECTIONS (scripts/catalogue.py
+    # writes it; tests/core/test_catalogue.py checks the places that need no verl)
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).parents[2] / "scripts" / "catalogue.py"
+    spec = importlib.util.spec_from_file_location("catalogue_script", script)
+    catalogue = sys.modules.setdefault("catalogue_script", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(catalogue)
+    place = next(p for p in catalogue.PLACES if p.needs == "verl")
+    assert catalogue.written(place) == catalogue.expected(place), "run python scripts/catalogue.py"
+    import respo.integrations.verl as integration
+
+    assert catalogue.expected(place) in integration.__doc__

@@ -1,24 +1,30 @@
 """respo's objectives as verl policy losses. Importing this module registers them.
 
-    import respo.integrations.verl          # registers respo, vespo, topr, reinforce, reshaped, m2po, opsm, luspo
+    import respo.integrations.verl          # registers the losses listed below
     actor_rollout_ref.actor.policy_loss.loss_mode=respo
 
-Every registered loss is REINFORCE-shaped with a detached sequence coefficient computed by
-respo's core, and aggregated by verl's own ``agg_loss`` with verl's global batch info (so verl's
-data-parallel and micro-batch normalisation applies unchanged):
+The losses it registers, with their defaults (``python scripts/catalogue.py`` writes the list from the registry):
+
+    respo          pos=(2.0, 0.5, 2.0), neg=(1.0, 0.5, 2.0); token-mean
+    vespo          pos=(2.0, 3.0), neg=(3.0, 2.0); token-mean
+    reshaped       pos_kernel='respo(2,0.5,2)', neg_kernel='respo(1,0.5,2)'; token-mean
+    topr           no hyperparameters; token-mean
+    reinforce      no hyperparameters; token-mean
+    m2po           tau=0.04; token-mean
+    opsm           delta=0.5, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None; token-mean
+    luspo          clip_ratio_low=0.2, clip_ratio_high=0.2; seq-mean-token-sum
+
+Every sequence-weight loss (``OBJECTIVES``: the core's objectives made of two kernels) is REINFORCE-shaped
+with a detached sequence coefficient computed by respo's core, and aggregated by verl's own ``agg_loss``
+with verl's global batch info (so verl's data-parallel and micro-batch normalisation applies unchanged):
 
     log W_i = clamp( Σ_t m_it (logp_it − old_logp_it) + Σ_t m_it log ρ_it, −20, 20 )
     φ_i     = pos_kernel(log W_i) if Â_i ≥ 0 else neg_kernel(log W_i)          (detached)
     L       = verl.agg_loss( −φ_i · Â_it · logp_it , mask, loss_agg_mode, **global_batch_info )
 
-with Â_i the masked token mean of verl's (B, T) advantages and the kernels per objective:
-
-    respo      respo_kernel(α, β, λ) per sign; defaults (2, .5, 2) / (1, .5, 2) (the paper's)
-    vespo      vespo_kernel(k, λ) per sign;    defaults (2, 3) / (3, 2)
-    topr       1 / min(W, 1)
-    reinforce  1 / 1 (the on-policy floor; W and ρ are only diagnosed)
-    reshaped   any two kernels named in the config (core's ``kernel_from_spec``:
-               ``"respo(2,0.5,2)"``, ``"vespo(3,2)"``, ``"unit"``, ``"truncated(1)"``)
+with Â_i the masked token mean of verl's (B, T) advantages and the kernels of each objective
+(``sequence_kernels``; for ``reshaped`` any two named in the config, the core's ``kernel_from_spec``:
+``"respo(2,0.5,2)"``, ``"vespo(3,2)"``, ``"unit"``, ``"truncated(1)"``).
 
 verl 0.9.1 has none of these names. A name verl already has is never overridden: ours is then
 registered as ``respo_<name>`` (``REGISTERED`` maps our objective to the name it got).
