@@ -26,6 +26,21 @@ def test_a_fresh_verl_process_sees_respos_losses_through_the_entry_point_alone(t
     assert r.stdout.splitlines() == ["[]", "False"]
 
 
+def test_importing_respos_verl_module_first_registers_without_a_warning(tmp_path):
+    # `import respo.integrations.verl` imports verl, whose plugin loading imports respo's plugin while respo's module
+    # is still being initialised: the plugin leaves the registration to that module (no circular-import warning),
+    # and the losses are registered once the import returns
+    env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")}
+    code = ("import respo.integrations.verl\n"
+            "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY\n"
+            "print(sorted(k for k in ('respo', 'm2po', 'opsm') if k in POLICY_LOSS_REGISTRY))\n")
+    r = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=300)  # warnings shown (verl would swallow one raised as an error)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["['m2po', 'opsm', 'respo']"]
+    assert "could not register" not in r.stderr, r.stderr[-2000:]
+
+
 def test_a_failed_registration_is_a_warning_naming_the_error(monkeypatch):
     # verl logs a plugin that raises at DEBUG only; respo's plugin says what failed instead
     import respo.integrations.verl as integration

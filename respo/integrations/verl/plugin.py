@@ -8,11 +8,18 @@ warning naming the error, and verl goes on without respo's losses.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 
 def load() -> None:
-    """Register respo's losses with verl (idempotent); on failure, a `RuntimeWarning` naming the error."""
+    """Register respo's losses with verl (idempotent); on failure, a `RuntimeWarning` naming the error.
+
+    When it is ``import respo.integrations.verl`` that imports verl (and so this plugin), that module is still
+    being initialised here and registers the losses itself once it is: nothing is done, nothing is said."""
+    partial = sys.modules.get("respo.integrations.verl")
+    if partial is not None and not hasattr(partial, "register"):
+        return
     try:
         from respo.integrations.verl import register
 
