@@ -892,3 +892,44 @@ def test_skip_missing_applies_only_to_the_tables_that_pool_an_endpoint(tmp_path)
     r = subprocess.run([sys.executable, "-m", "respo", "table", "calib", str(_gap_csv(tmp_path, "")),
                         "--skip-missing"], capture_output=True, text=True)
     assert r.returncode == 2 and "--skip-missing applies to the tables that pool an endpoint over seeds" in r.stderr
+
+
+def test_the_table_kind_of_docs_extending_md_registers_and_runs_through_respo_table(tmp_path, capsys):
+    # the complete kind of docs/extending.md ("Adding a table"), registered: respo table offers it, with its flag
+    import re
+
+    from respo.cli import main
+    from respo.study.tables import KINDS, register
+
+    text = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+    example: dict = {}
+    exec(compile(re.search(r"## Adding a table\n.*?```python\n(.*?)```", text, flags=re.S).group(1),
+                 "docs/extending.md", "exec"), example)
+    register(example["KIND"])
+    try:
+        # grpo: three finished seeds, late means 0.4, 0.5, 0.6 (mean 0.5, sample std 0.1); vespo: one
+        header = ",".join(COLUMNS[:14])
+        rows = [f"{o}_s{s},tiny-dense,{o},4,8,3e-5,{s},False,16,True,16,{late},0.1,0.5"
+                for o, s, late in (("grpo", 0, 0.4), ("grpo", 1, 0.5), ("grpo", 2, 0.6), ("vespo", 0, 0.7))]
+        path = tmp_path / "runs.csv"
+        path.write_text("\n".join([header, *rows]) + "\n")
+        with pytest.raises(SystemExit):
+            main(["table", "--help"])
+        shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+        assert "{calib,headline,regime,staleness,replay,factorial,breakdown,mismatch,fill,seeds}" in shown
+        assert ("; fill: regenerate the table blocks of markdown files; seeds: the late mean over seeds per (lr, N, "
+                "objective) paths") in shown
+        assert "--min-seeds K seeds: only the cells with at least K finished seeds (default 1)" in shown
+        assert main(["table", "seeds", str(path)]) == 0
+        assert capsys.readouterr().out.splitlines() == ["| lr | N | objective | late mean |", "|---|---|---|---|",
+                                                       "| 3e-05 | 4 | grpo | 0.500 ± 0.100 (3) |",
+                                                       "| 3e-05 | 4 | vespo | 0.700 (1) |"]
+        assert main(["table", "seeds", str(path), "--min-seeds", "2"]) == 0
+        assert capsys.readouterr().out.splitlines()[2:] == ["| 3e-05 | 4 | grpo | 0.500 ± 0.100 (3) |"]
+        # its flag's value is checked for it, and every other kind refuses the flag in one line
+        assert main(["table", "seeds", str(path), "--min-seeds", "0"]) == 2
+        assert capsys.readouterr().err == "respo table: error: --min-seeds must be an integer >= 1, got 0\n"
+        assert main(["table", "calib", str(path), "--min-seeds", "2"]) == 2
+        assert capsys.readouterr().err == "respo table: error: --min-seeds applies to the seeds table, not to calib\n"
+    finally:
+        KINDS.pop("seeds")
