@@ -12,13 +12,13 @@ meant to show. Each objective's run keeps its own directory and run report under
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from respo.fileio import write_text_atomic
+from respo.study.aggregate import load_runs, run_mean
 from respo.study.names import ABLATION_KERNELS, LONG_KERNELS, label_slug, objective_fields
 from respo.study.plots import plot_side_by_side
 from respo.study.run_report import write_run_report
@@ -67,7 +67,8 @@ illustration, not that measurement (`reports/staleness/analysis.md` in the repos
 or settings: `respo demo --objectives grpo,vespo --reuse 8 --out-dir runs/demo-n8`.
 """
 
-#: Every ``event``-less record of these keys is plotted; the report averages them over stale updates.
+#: The starvation diagnostic's two metrics: the report averages both over the stale updates, the figure
+#: plots the first per stale update.
 _STARVED = "frac_pos_low_w"
 _SHARE = "pos_low_w_mass_share"
 
@@ -81,23 +82,13 @@ def demo_config(overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     return cfg
 
 
-def _records(run_dir: Path) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "event" not in r]
-
-
-def _stale_mean(recs: Sequence[dict], key: str) -> float:
-    vals = [r[key] for r in recs if r.get("staleness_max", 0) > 0 and isinstance(r.get(key), (int, float))]
-    return sum(vals) / len(vals) if vals else math.nan
-
-
 def _summary(objective: str, run_dir: Path, k: int) -> dict[str, Any]:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    before, after = summary.get("eval_before") or {}, summary.get("eval_after") or {}
-    recs = _records(run_dir)
-    row: dict[str, Any] = {"objective": objective, "dir": run_dir.name, "records": recs,
+    (run,) = load_runs([run_dir])
+    before, after = run.summary.get("eval_before") or {}, run.summary.get("eval_after") or {}
+    row: dict[str, Any] = {"objective": objective, "dir": run_dir.name, "records": run.records,
                            "before": before.get(f"mean@{k}", math.nan), "after": after.get(f"mean@{k}", math.nan),
-                           "starved": _stale_mean(recs, _STARVED), "share": _stale_mean(recs, _SHARE),
-                           "p10": _stale_mean(recs, "log_w/p10")}
+                           **{name: run_mean(run, key, stale_only=True)
+                              for name, key in (("starved", _STARVED), ("share", _SHARE), ("p10", "log_w/p10"))}}
     if before.get("per_prompt_mean") and after.get("per_prompt_mean"):
         row["delta"], row["delta_se"] = paired_difference(before["per_prompt_mean"], after["per_prompt_mean"])
     else:
@@ -116,7 +107,7 @@ def _report(cfg: TrainConfig, rows: Sequence[dict], figure: Path, wall_s: float)
              f"per rollout step, {cfg.updates} updates each, seed {cfg.seed}; held-out: {cfg.eval_prompts} prompts × "
              f"k = {k} samples at temperature 1, the same prompts and draws before and after every run. "
              f"Wall time {wall_s:.0f} s.", "",
-             f"![the three runs side by side]({figure.name})", "",
+             f"![the runs side by side]({figure.name})", "",
              f"| objective | held-out mean@{k} before → after | change (95 % CI, paired over prompts) | "
              "stale positives below log W = −1 | their share of the coefficient mass | log W p10 | run |",
              "|---|---|---|---|---|---|---|"]

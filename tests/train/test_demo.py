@@ -25,7 +25,7 @@ def test_run_demo_puts_objectives_side_by_side(tmp_path):
     report = run_demo({**TOY, "out_dir": str(out)}, objectives=["vespo", "respo+/vespo-"])
     assert report == out / "report.md"
     text = report.read_text()
-    for needle in ("| vespo |", "| respo+/vespo- |", "stale positives below log W = −1", "![the three runs side by side](demo.png)",
+    for needle in ("| vespo |", "| respo+/vespo- |", "stale positives below log W = −1", "![the runs side by side](demo.png)",
                    "Why these settings", "[vespo](vespo/report.md)", "[respopos.vesponeg](respopos.vesponeg/report.md)"):
         assert needle in text, needle
     png = (out / "demo.png").read_bytes()
