@@ -3,7 +3,8 @@
 A `Batch` holds sequences in prompt-major order (the G responses of a prompt are contiguous
 rows) together with everything an update needs: the behaviour log-probs reported by the sampler,
 the trainer's recomputed ``old_logp``, rewards, group advantages and the policy ``version`` that
-produced each row. `RolloutBuffer` splits one rollout step into N mini-batches (sync mode);
+produced each row (with partial rollouts, ``token_version`` that of each token; ``version`` is then each
+row's oldest). `RolloutBuffer` splits one rollout step into N mini-batches (sync mode);
 `PromptStream` is the deterministic, resumable data cursor.
 """
 
@@ -37,6 +38,8 @@ class Batch:
     old_logp: torch.Tensor | None = None  # (S, T) trainer recomputation with the behaviour weights
     routing: torch.Tensor | None = None  # (S, L, n_layers, k) MoE experts chosen while sampling
     example_index: torch.Tensor | None = None  # (S,) long, index of the prompt in the task's pool
+    token_version: torch.Tensor | None = None  # (S, T) long, the version that sampled each token (partial
+    #   rollouts); None: every token of a row comes from ``version`` (then ``version`` is the row's oldest token's)
 
     @property
     def size(self) -> int:
@@ -64,10 +67,16 @@ class Batch:
             v = getattr(self, f.name)
             if f.name in ("input_ids", "attention_mask", "routing"):
                 v = v[:, :cols] if v is not None else None
-            elif f.name in ("mask", "behaviour_logp", "old_logp"):
+            elif f.name in ("mask", "behaviour_logp", "old_logp", "token_version"):
                 v = v[:, :t_max] if v is not None else None
             kw[f.name] = v
         return Batch(**kw)
+
+    def token_versions(self) -> torch.Tensor:
+        """(S, T) long: the version that sampled each token (``token_version``, or each row's ``version``)."""
+        if self.token_version is not None:
+            return self.token_version
+        return self.version.unsqueeze(-1).expand(self.mask.shape)
 
     def state(self) -> dict[str, Any]:
         """Plain dict of tensors/ints for checkpoints."""

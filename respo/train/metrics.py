@@ -16,7 +16,8 @@ import torch
 
 from respo.core.mismatch import mismatch_metrics
 from respo.fileio import read_jsonl, write_text_atomic  # read_jsonl: re-exported for its older importers
-from respo.train.buffer import Batch, staleness_stats
+from respo.core.staleness import token_staleness_metrics
+from respo.train.buffer import Batch
 from respo.train.scores import late_mean
 
 __all__ = ["MetricsLogger", "to_float", "read_jsonl", "timed", "write_summary", "batch_metrics"]
@@ -115,8 +116,8 @@ class MetricsLogger:
 
 
 def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: int,
-                  wall_s_parts: Sequence[float]) -> None:
-    """``summary.json``: staleness reached, first and late training score, held-out evaluations, wall time
+                  wall_s_parts: Sequence[float], *, waited: int = 0) -> None:
+    """``summary.json``: staleness reached (and the async batches dropped or held back), first and late training score, held-out evaluations, wall time
     (``wall_s`` the total over every part of a resumed run, ``wall_s_parts`` each part)."""
     run_dir = Path(run_dir)
     recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "event" not in r]
@@ -131,6 +132,7 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
         "staleness_mean": float(np.mean([r["staleness_mean"] for r in recs])) if recs else None,
         "staleness_max": max((r["staleness_max"] for r in recs), default=None),
         "dropped": dropped,
+        "waited": waited,
         "score_first": scores[0] if scores else None,
         "score_late_mean": late_mean(scores) if scores else None,
         "eval_before": evals.get("before"),
@@ -145,14 +147,18 @@ def write_summary(run_dir: str | Path, cfg, evals: dict, update: int, dropped: i
 def batch_metrics(batch: Batch, old_logp: torch.Tensor, version: int) -> dict[str, Any]:
     """Score, pass rate, length and staleness of a mini-batch, and the rollout mismatch
 
+    Staleness is per token (`respo.core.staleness.token_staleness_metrics`: ``staleness_mean``,
+    ``staleness_max``, ``staleness/lag_k``, ``staleness/mixed``): with partial rollouts one response holds
+    tokens of several versions; with whole responses the numbers are the rows'.
+
         mismatch = sum_t m_t |old_logp_t - behaviour_logp_t| / sum_t m_t
 
     (training vs sampling log-probs of the same weights; 0 up to kernel differences with the respo engine),
     and the rest of the engine–trainer mismatch under verl's ``rollout_corr/*`` names
     (`respo.core.mismatch.mismatch_metrics`; all 0 with ``rollout_bypass``, where old_logp is the engine's).
     """
-    s_mean, s_max = staleness_stats(batch.version, version)
     mismatch = mismatch_metrics(old_logp, batch.behaviour_logp, batch.mask)
     return {"score": ((batch.rewards + 1) / 2).mean(), "pass_rate": (batch.rewards > 0).float().mean(),
-            "response_length": batch.mask.sum(1).mean(), "staleness_mean": s_mean, "staleness_max": s_max,
+            "response_length": batch.mask.sum(1).mean(),
+            **token_staleness_metrics(batch.token_versions(), batch.mask, version),
             "rollout_mismatch": mismatch["rollout_corr/abs_diff"], **mismatch}

@@ -64,7 +64,7 @@ def update_step(model, optimizer, scheduler, batch: Batch, settings: UpdateSetti
     detached training forward: π_prox is the policy at the start of this update, and one optimizer step
     per mini-batch, taken after every micro-batch's forward, leaves it the policy being differentiated,
     so its log-probs are this forward (bitwise a recomputation) and cost no extra forward pass. One that
-    reads ``staleness`` (decoupled's ``prox_method="loglinear"``) gets ``version − batch.version`` per row,
+    reads ``staleness`` (decoupled's ``prox_method="loglinear"``) gets ``version − batch.token_versions()`` per token,
     ``version`` being the learner's current policy version.
 
     A step whose loss or gradient norm is not finite is not applied: no optimizer step (weights and AdamW moments
@@ -140,10 +140,11 @@ def accumulate(model, batch: Batch, settings: UpdateSettings, *, on_policy: bool
 
 
 def _staleness(batch: Batch, objective: Objective, version: int | None) -> torch.Tensor | None:
-    """(S, T) ``version − batch.version`` per row, for an objective that reads ``staleness`` (else None)."""
+    """(S, T) ``version − batch.token_versions()`` per token (partial rollouts mix versions within a row), for an
+    objective that reads ``staleness`` (else None)."""
     if version is None or "staleness" not in objective.inputs + objective.optional_inputs:
         return None
-    return (version - batch.version).to(batch.mask.dtype).unsqueeze(-1).expand_as(batch.mask)
+    return (version - batch.token_versions()).to(batch.mask.dtype)
 
 
 def _extra_inputs(settings: UpdateSettings, logp: torch.Tensor, stale: torch.Tensor | None,
