@@ -283,6 +283,36 @@ def sample(
         stops early once every row has emitted EOS.
     """
     _check_args(prompts, max_new_tokens, temperature, top_p)
+    return sample_ids(model, tokenizer, tokenizer(list(prompts))["input_ids"], max_new_tokens=max_new_tokens,
+                      temperature=temperature, top_p=top_p, generator=generator, version=version,
+                      router_recorder=router_recorder, stop_at_eos=stop_at_eos, drop_finished=drop_finished,
+                      prompts=list(prompts))
+
+
+@torch.no_grad()
+def sample_ids(
+    model: torch.nn.Module,
+    tokenizer,
+    rows: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    version: int = 0,
+    router_recorder=None,
+    stop_at_eos: bool = True,
+    drop_finished: bool = False,
+    prompts: list[str] | None = None,
+) -> Rollout:
+    """`sample` from token ids: each of the B ``rows`` is a prompt already tokenized, or a prompt followed by
+    the response generated so far (a partial rollout continued with other weights: the continuation's
+    positions are those the tokens would have had in one pass, and the whole row is run again by ``model``,
+    so every new token is drawn from ``model``'s distribution given all that precedes it). The Rollout's
+    response holds the new tokens only; ``prompts`` (default: none) is stored in it as given."""
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise ValueError("rows must be a non-empty list of token-id lists")
+    _check_args(["-"], max_new_tokens, temperature, top_p)
     if drop_finished and router_recorder is not None:
         raise ValueError("drop_finished=True would drop rows from the routing records; use one or the other")
     device = next(model.parameters()).device
@@ -290,7 +320,7 @@ def sample(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     if eos is None:
         raise ValueError("tokenizer has no eos_token_id: the sampler needs one to stop rows")
-    prompt_ids, prompt_mask = left_pad(tokenizer(list(prompts))["input_ids"], pad)  # (B, P)
+    prompt_ids, prompt_mask = left_pad([list(r) for r in rows], pad)  # (B, P)
     prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
     B, P = prompt_ids.shape
 
@@ -366,6 +396,6 @@ def sample(
         behaviour_logp=logq.clone(),
         version=version,
         responses=texts,
-        prompts=list(prompts),
+        prompts=list(prompts or []),
         finished=finished,
     )

@@ -7,7 +7,7 @@ import torch
 
 from respo.runtime.logprobs import token_logprobs
 from respo.runtime.models import PRESETS, build_policy
-from respo.runtime.sampler import nucleus_log_probs, sample, sample_tokens
+from respo.runtime.sampler import nucleus_log_probs, sample, sample_ids, sample_tokens
 from respo.runtime.tokenizer import build_char_tokenizer
 
 
@@ -232,3 +232,36 @@ def test_tokenizer_without_pad_token_and_empty_prompt(tok):
     empty.backend_tokenizer.post_processor = None  # no <bos>: "" encodes to nothing
     with pytest.raises(ValueError, match="1 prompts encode to zero tokens"):
         sample(model, empty, ["1=", ""], max_new_tokens=3)
+
+
+def test_sampling_from_token_ids_is_sampling_from_the_prompts(model, tok):
+    # sample() tokenizes and hands the rows to sample_ids(): the same rows and seed give the same rollout
+    rows = tok(PROMPTS)["input_ids"]
+    a = sample(model, tok, PROMPTS, max_new_tokens=10, generator=torch.Generator().manual_seed(3))
+    b = sample_ids(model, tok, rows, max_new_tokens=10, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.behaviour_logp, b.behaviour_logp)
+    assert a.prompts == PROMPTS and b.prompts == []
+    with pytest.raises(ValueError, match="rows must be a non-empty list"):
+        sample_ids(model, tok, [], max_new_tokens=4)
+
+
+def test_a_response_continued_from_its_tokens_keeps_its_positions(model, tok):
+    # A partial rollout's second segment: the prompt and the first 6 response tokens go back in as one row,
+    # are run again, and 6 more tokens are drawn. Each row's tokens keep the positions they have in one
+    # pass, so the continued tokens' behaviour log-probs are the trainer's log-probs of the whole response
+    # (prompts of different lengths: the rows are left-padded differently in the two calls).
+    g = torch.Generator().manual_seed(5)
+    first = sample(model, tok, PROMPTS, max_new_tokens=6, generator=g, stop_at_eos=False)
+    rows = [p + r.tolist() for p, r in zip(tok(PROMPTS)["input_ids"], first.response_ids)]
+    second = sample_ids(model, tok, rows, max_new_tokens=6, generator=g, stop_at_eos=False)
+    ids = torch.cat([first.input_ids, second.response_ids], dim=1)  # (B, P + 12)
+    attn = torch.cat([first.attention_mask, second.attention_mask[:, second.response_start:]], dim=1)
+    logp, _ = token_logprobs(model, ids, attn, first.response_start)  # (B, 12)
+    torch.testing.assert_close(logp[:, 6:], second.behaviour_logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(logp[:, :6], first.behaviour_logp, atol=1e-5, rtol=0)
+    # greedy: continuing the first half gives the greedy response of one pass
+    whole = sample(model, tok, PROMPTS, max_new_tokens=12, temperature=0.0, stop_at_eos=False)
+    half = sample(model, tok, PROMPTS, max_new_tokens=6, temperature=0.0, stop_at_eos=False)
+    rest = sample_ids(model, tok, [p + r.tolist() for p, r in zip(tok(PROMPTS)["input_ids"], half.response_ids)],
+                      max_new_tokens=6, temperature=0.0, stop_at_eos=False)
+    assert torch.equal(torch.cat([half.response_ids, rest.response_ids], 1), whole.response_ids)

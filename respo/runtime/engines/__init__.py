@@ -9,6 +9,7 @@ One small interface (`RolloutEngine`), two implementations:
 
     engine.sync_weights(model)        make the engine sample from ``model``'s current weights (seconds taken)
     engine.sample(prompts, ...)       -> Rollout: left-padded prompt + response, mask, behaviour log-probs
+    engine.sample_ids(rows, ...)      -> the same from token ids: a prompt and the response so far, continued
     engine.close()                    release the process / memory it holds
 
 The trainer calls only this interface and never imports vLLM; `make_engine` builds the one a run names.
@@ -38,6 +39,12 @@ class RolloutEngine(Protocol):
                generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
         """One response per prompt (repeat a prompt G times for a group), with behaviour log-probs;
         ``stop_at_eos=False`` samples ``max_new_tokens`` for every prompt (what a throughput benchmark needs)."""
+
+    def sample_ids(self, rows: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+                   generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
+        """`sample` from token ids, each row a prompt or a prompt followed by the response so far: the engine
+        runs the whole row with the weights it holds and continues it (partial rollouts,
+        `respo.train.partial`); the Rollout's response holds the new tokens only."""
 
     def close(self) -> None:
         """Release what the engine holds."""

@@ -12,7 +12,7 @@ import torch
 
 from respo.runtime import moe
 from respo.runtime.precision import mixed_precision
-from respo.runtime.sampler import Rollout, sample
+from respo.runtime.sampler import Rollout, sample, sample_ids
 
 __all__ = ["RespoEngine"]
 
@@ -32,15 +32,23 @@ class RespoEngine:
     @torch.no_grad()
     def sample(self, prompts: list[str], *, max_new_tokens: int, temperature: float, top_p: float,
                generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
+        return self._sample(sample, prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                            generator=generator, version=version, stop_at_eos=stop_at_eos)
+
+    @torch.no_grad()
+    def sample_ids(self, rows: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+                   generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
+        return self._sample(sample_ids, rows, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                            generator=generator, version=version, stop_at_eos=stop_at_eos)
+
+    def _sample(self, how, inputs, **kw) -> Rollout:
         model = self.model
         was_training = model.training
         recorder = moe.RoutingRecorder(model) if moe.is_moe(model) else None
         model.eval()
         try:
             with mixed_precision(model, self.dtype):
-                ro = sample(model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                            top_p=top_p, generator=generator, version=version, router_recorder=recorder,
-                            stop_at_eos=stop_at_eos)
+                ro = how(model, self.tokenizer, inputs, router_recorder=recorder, **kw)
         finally:
             model.train(was_training)
         if recorder is not None:

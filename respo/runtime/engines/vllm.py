@@ -305,6 +305,23 @@ class VLLMEngine:
         if self._layout is None:
             raise EngineError("sample() before sync_weights(): the engine holds no weights yet")
         prompt_rows = self.tokenizer(list(prompts))["input_ids"]
+        return self._generate(list(prompts), prompt_rows, max_new_tokens=max_new_tokens, temperature=temperature,
+                              top_p=top_p, generator=generator, version=version, stop_at_eos=stop_at_eos)
+
+    def sample_ids(self, rows: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+                   generator: torch.Generator, version: int, stop_at_eos: bool = True) -> Rollout:
+        """`sample` from token ids: a prompt, or a prompt and the response so far, per row (the engine prefills
+        the whole row with the weights it holds and continues it)."""
+        if self._layout is None:
+            raise EngineError("sample_ids() before sync_weights(): the engine holds no weights yet")
+        if not rows or any(not r for r in rows):
+            raise ValueError("rows must be a non-empty list of non-empty token-id lists")
+        return self._generate([], [list(map(int, r)) for r in rows], max_new_tokens=max_new_tokens,
+                              temperature=temperature, top_p=top_p, generator=generator, version=version,
+                              stop_at_eos=stop_at_eos)
+
+    def _generate(self, prompts, prompt_rows, *, max_new_tokens, temperature, top_p, generator, version,
+                  stop_at_eos) -> Rollout:
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
         rows = self._call("generate", prompts=prompt_rows, max_tokens=max_new_tokens, temperature=temperature,
                           top_p=top_p, seed=seed, stop_token_ids=[self.eos] if stop_at_eos else [],
