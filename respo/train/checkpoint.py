@@ -29,8 +29,12 @@ Each checkpoint's manifest records the settings that produced it (``config``), w
 rules are `respo.train.rundir`'s.
 
 Buffer rule: in sync mode the unconsumed mini-batches of the current rollout step are saved, so
-resume is bitwise. In async mode the rollout worker's queue is *not* saved: on resume the worker
-restarts from the learner's current weights (documented in `respo.train.async_`).
+resume is bitwise. In async mode the rollout worker is held at a boundary while the checkpoint is
+written, and what it has in flight is saved with the run state (``rollouts``: the finished batches, the
+partial rollout in the making with every token's version and log-probs, the worker's version, counters and
+generator, and its snapshot's weights when it is behind the learner), so a resumed run trains on the same
+batches with the versions they were sampled with; its timing, and so which version the next segments get,
+is as nondeterministic as any async run's (`respo.train.async_`).
 """
 
 from __future__ import annotations
@@ -259,7 +263,8 @@ class RunState:
     ``update`` counts updates, ``version`` the policy versions (one per applied update: a skipped one, with a
     non-finite gradient, leaves the policy as it was), ``skipped_in_a_row`` the skipped updates just before
     this one, ``dropped``
-    the async batches dropped as too stale, ``evals`` the held-out evaluations so far,
+    the async batches dropped as too stale, ``waited`` those the wait policy held back, ``rollouts`` what the
+    async worker had in flight (`respo.train.sources.AsyncSource.checkpointing`), ``evals`` the held-out evaluations so far,
     ``wall_s_parts`` the wall time of each earlier part of a resumed run (up to its last checkpoint)
     and ``part_start`` when this part began (`time.perf_counter`). `state_dict` /
     `load_state_dict` round-trip all of it, together with the global RNGs (torch, python, numpy),
@@ -275,6 +280,8 @@ class RunState:
     version: int = 0
     skipped_in_a_row: int = 0
     dropped: int = 0
+    waited: int = 0
+    rollouts: dict[str, Any] | None = None  # async mode: what the rollout worker had in flight at the checkpoint
     evals: dict[str, Any] = field(default_factory=dict)
     wall_s_parts: list[float] = field(default_factory=list)
     part_start: float = field(default_factory=time.perf_counter)
@@ -285,7 +292,7 @@ class RunState:
 
     def state_dict(self) -> dict[str, Any]:
         return {"update": self.update, "version": self.version, "skipped_in_a_row": self.skipped_in_a_row,
-                "dropped": self.dropped,
+                "dropped": self.dropped, "waited": self.waited, "rollouts": self.rollouts,
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "rng": rng_state(self.generator), "cursor": self.stream.state(), "buffer": self.buffer.state(),
                 "evals": self.evals, "wall_s_parts": self.wall_parts()}
@@ -298,6 +305,8 @@ class RunState:
         self.buffer.load_state(state["buffer"])
         self.update, self.version, self.dropped = state["update"], state["version"], state["dropped"]
         self.skipped_in_a_row = state.get("skipped_in_a_row", 0)  # absent from checkpoints written before it
+        self.waited = state.get("waited", 0)  # (the same)
+        self.rollouts = state.get("rollouts")  # (the same: the async worker then starts afresh)
         self.evals = state.get("evals", {})
         self.wall_s_parts = list(state.get("wall_s_parts", []))
 

@@ -8,11 +8,13 @@ Staleness vocabulary (the paper's, see docs/method.md): one rollout step samples
 ``reuse * prompts`` prompts x ``group_size`` responses with policy version v, splits them into ``reuse`` mini-batches of
 ``prompts`` prompts and takes one optimizer step per mini-batch, so mini-batch k is trained with
 staleness k - 1. ``mode = "async"`` instead runs a rollout worker thread at most
-``max_staleness`` versions behind.
+``max_staleness`` versions behind (``staleness_policy`` drop or wait), whole responses or, with
+``segment_tokens``, partial rollouts whose tokens come from several policy versions.
 
 The parts of the loop read slices of a config, not the whole of it: `MicroBatching`, `Forward` (the training
-forward), `Sampling`, `RolloutCorrection` and `Rollouts` (a mini-batch source's), each a small frozen dataclass
-built once by ``Slice.of(cfg)``, here, so only this module turns field names into what a part reads.
+forward), `Sampling`, `RolloutCorrection`, `Rollouts` (a mini-batch source's) and `AsyncWorker` (the async
+worker's), each a small frozen dataclass built once by ``Slice.of(cfg)``, here, so only this module turns field
+names into what a part reads.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from respo.runtime.precision import DTYPES, device_problem
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides",
            "model_dir_problem", "RULES", "rule", "MicroBatching", "Forward", "Sampling", "RolloutCorrection",
-           "Rollouts"]
+           "Rollouts", "AsyncWorker"]
 
 MODES = ("sync", "async")
+STALENESS_POLICIES = ("drop", "wait")
 
 
 class ConfigError(RespoError, ValueError):
@@ -99,6 +102,8 @@ class TrainConfig:
     sync_every: int = field(default=1, metadata={"help": "async: push the learner's weights to the rollout worker every K updates"})
     max_staleness: int = field(default=4, metadata={"help": "async: drop samples more than this many policy versions behind"})
     queue_size: int = field(default=2, metadata={"help": "async: rollout batches the worker may have waiting"})
+    staleness_policy: str = field(default="drop", metadata={"help": "async: how max_staleness is kept: drop (a batch more than max_staleness versions behind when the learner reaches it is thrown away, counted as dropped) | wait (the worker holds back a new batch until it cannot end up more than max_staleness behind, counted as waited; nothing is dropped)"})
+    segment_tokens: int = field(default=0, metadata={"help": "async: partial rollouts: the worker generates responses in segments of this many tokens and takes newly published weights between segments, so one response spans several policy versions (each token records its own); 0 = whole responses, one version each"})
 
     # --- sampling ---
     max_new_tokens: int = field(default=24, metadata={"help": "maximum response length in tokens", "protocol": True})
@@ -247,6 +252,21 @@ class Rollouts(_Slice):
     sampling: Sampling
     forward: Forward
     correction: RolloutCorrection
+
+
+@dataclass(frozen=True)
+class AsyncWorker(_Slice):
+    """What the async rollout worker reads (`respo.train.sources.AsyncSource`): its generator's ``seed`` (the run's,
+    offset), the learner publishing weights every ``sync_every`` updates, at most ``queue_size`` finished batches
+    waiting, the bound ``max_staleness`` kept by ``staleness_policy``, and ``segment_tokens`` (0: whole responses;
+    otherwise partial rollouts in segments of that many tokens)."""
+
+    seed: int
+    sync_every: int
+    queue_size: int
+    max_staleness: int
+    staleness_policy: str
+    segment_tokens: int
 
 
 #: The rule keys a field's metadata may hold besides ``help`` (`TrainConfig`'s docstring says what each means).
@@ -487,6 +507,16 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.mode == "async" and cfg.max_staleness < cfg.sync_every - 1:
         errs.append(f"max_staleness {cfg.max_staleness} < sync_every - 1 = {cfg.sync_every - 1}: between weight syncs "
                     f"the learner would outrun every sample the worker can produce and wait forever")
+    if cfg.staleness_policy not in STALENESS_POLICIES:
+        errs.append(f"staleness_policy {cfg.staleness_policy!r} is unknown; choose drop or wait")
+    if cfg.segment_tokens < 0:
+        errs.append(f"segment_tokens must be >= 0, got {cfg.segment_tokens}")
+    elif cfg.segment_tokens and cfg.mode != "async":
+        errs.append(f"segment_tokens (partial rollouts) applies to async mode only: in sync mode the weights do "
+                    f"not change during a rollout step, got segment_tokens={cfg.segment_tokens} with mode={cfg.mode}")
+    elif cfg.segment_tokens and cfg.routing_replay:
+        errs.append("routing_replay with segment_tokens: a partial rollout re-routes its prefix at every segment, so "
+                    "no single recorded routing exists to replay; set segment_tokens = 0")
     if cfg.loss_agg_mode and cfg.loss_agg_mode not in AGG_MODES:
         errs.append(f"loss_agg_mode {cfg.loss_agg_mode!r} is unknown; choose one of {', '.join(AGG_MODES)}")
     # Numbers: every float field finite (inf passed "lr > 0" and NaN passed "weight_decay >= 0"), then its range.

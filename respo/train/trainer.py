@@ -35,7 +35,7 @@ from respo.runtime.precision import emulated_bf16_note, resolve_device
 from respo.runtime.tasks import get_task
 from respo.train.buffer import PromptStream, RolloutBuffer
 from respo.train.checkpoint import RunState, checkpoint_manifest, rng_state, set_rng_state, verify_checkpoint
-from respo.train.config import ConfigError, Rollouts, TrainConfig, config_to_dict, validate
+from respo.train.config import AsyncWorker, ConfigError, Rollouts, TrainConfig, config_to_dict, validate
 from respo.train.forward import forward_path
 from respo.train.evaluate import EVAL_SEED, eval_record, evaluate_held_out
 from respo.train.metrics import MetricsLogger, batch_metrics, timed, write_summary
@@ -102,7 +102,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) ->
             finally:
                 run.engine.close()
         state = run.state
-        write_summary(run_dir, cfg, state.evals, state.update, state.dropped, state.wall_parts())
+        write_summary(run_dir, cfg, state.evals, state.update, state.dropped, state.wall_parts(), waited=state.waited)
         close_previous_end(run_dir)  # the new final/ and summary.json exist: the end this run went past can go
     return run_dir
 
@@ -123,6 +123,7 @@ class _Run:
     state: RunState
     log: MetricsLogger
     engine: RolloutEngine  # samples the rollouts and evaluations (closed at the end of the loop)
+    active: MiniBatchSource | None = None  # the loop's source while it runs (a checkpoint saves what it holds)
 
     def evaluate(self, name: str, source: MiniBatchSource | None = None) -> None:
         """Evaluate the learner's current weights, sampled by the run's engine (``source`` is the running
@@ -137,8 +138,12 @@ class _Run:
         self.log.log({"event": "eval", "update": self.state.update, **eval_record(self.state.evals[name])})
 
     def checkpoint(self) -> None:
-        self.state.save(self.run_dir / "ckpt", self.policy.model, keep=self.cfg.keep_checkpoints,
-                        config=self.settings)
+        source = self.active
+        with source.checkpointing(self.state.version) if source is not None else nullcontext() as in_flight:
+            if source is not None:
+                self.state.rollouts = in_flight
+            self.state.save(self.run_dir / "ckpt", self.policy.model, keep=self.cfg.keep_checkpoints,
+                            config=self.settings)
 
     def skipped(self, metrics: dict) -> None:
         """An update whose loss or gradient was not finite was skipped: say so; after
@@ -192,9 +197,8 @@ class _Run:
         if cfg.mode == "sync":
             return SyncReuseSource(self.policy, self.task, self.pool, self.rollouts, stream=state.stream,
                                    buffer=state.buffer, generator=state.generator, engine=engine)
-        return AsyncSource(self.policy, self.task, self.pool, self.rollouts, stream=state.stream, version=state.version,
-                           engine=engine, seed=cfg.seed, sync_every=cfg.sync_every, queue_size=cfg.queue_size,
-                           max_staleness=cfg.max_staleness)
+        return AsyncSource(self.policy, self.task, self.pool, self.rollouts, AsyncWorker.of(cfg), stream=state.stream,
+                           version=state.version, engine=engine, resume=state.rollouts)
 
 
 def _setup(cfg: TrainConfig, run_dir: Path, ckpt: Path | None, settings: dict, changes: dict[str, list],
@@ -257,7 +261,7 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
     if cfg.eval_before and run.held_out and "before" not in state.evals:
         run.evaluate("before")
     start_update = state.update
-    source = run.source()
+    source = run.active = run.source()
     try:
         with _StopOnSignal() as stop, _progress(cfg, state.update) as bar:
             while state.update < cfg.updates:
@@ -280,6 +284,7 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 rec.update(metrics)
                 rec.update(batch_metrics(batch, old_logp, state.version))
                 state.dropped += rec.get("dropped", 0)
+                state.waited += rec.get("waited", 0)
                 state.update += 1
                 skipped = "skipped" in metrics  # a non-finite loss or gradient: the weights did not change
                 state.version += 0 if skipped else 1
@@ -289,7 +294,8 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                 rec["time/update"] = time.perf_counter() - t_update
                 # -- log: one metrics.jsonl record per update
                 rec = run.log.log({"update": state.update, "version": state.version,
-                                   "dropped_total": state.dropped, **rec})
+                                   "dropped_total": state.dropped,
+                                   **({"waited_total": state.waited} if cfg.mode == "async" else {}), **rec})
                 if skipped:
                     run.skipped(metrics)
                 if "nonfinite_weights" in metrics:
@@ -301,7 +307,10 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                     run.evaluate(f"update_{state.update}", source)
                 if _due(cfg.checkpoint_every, state.update, cfg.updates):
                     run.checkpoint()
+        with source.checkpointing(state.version) as in_flight:  # for the last checkpoint (an extension resumes it)
+            state.rollouts = in_flight
     finally:
+        run.active = None
         source.close()
     # -- the end: final evaluation, the last checkpoint (it holds that evaluation), the trained policy
     evaluated = bool(run.held_out) and "after" not in state.evals
