@@ -174,6 +174,57 @@ def test_greedy_engine_rollouts_record_a_point_mass(tiny, vllm_engine):
     assert ro.responses == ref.responses  # greedy float32: the same argmax as the respo sampler
 
 
+def test_a_partial_rollout_through_the_engine_spans_versions_with_each_tokens_log_probs(tiny, vllm_engine):
+    # Partial rollouts on vLLM: segments of 4 tokens, the first by version 0, then the engine synced to
+    # version 1 and the responses continued from their token ids. Each token's behaviour log-prob is the
+    # engine's under the version that sampled it (float32 engine: the trainer's log-probs to rounding), its
+    # old_logp the trainer's recompute under that version.
+    import copy
+
+    from respo.train.partial import PartialRollout
+
+    model, tok, _ = tiny
+    task = get_task("addition")
+    v0 = build_policy("tiny-dense", tok, seed=0)
+    v1 = copy.deepcopy(v0)
+    with torch.no_grad():
+        for p in v1.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(7)))
+    cfg = small_cfg(mode="async", segment_tokens=4, max_new_tokens=12, group_size=2)
+    examples = [ex for ex in task.examples("train", 4, 0) for _ in range(2)]
+    rows = tok([ex.prompt for ex in examples])["input_ids"]
+    pr = PartialRollout(rows, torch.arange(8) // 2, 12, tok.pad_token_id)
+    g = torch.Generator().manual_seed(0)
+    vllm_engine.sync_weights(v0)
+    assert not pr.step(vllm_engine, 0, 4, cfg, g)
+    pr.score(v0, cfg)
+    vllm_engine.sync_weights(v1)
+    while not pr.step(vllm_engine, 1, 4, cfg, g):
+        pass
+    pr.score(v1, cfg)
+    batch = pr.result(task, examples, tok, bypass=False)
+    m, tv = batch.mask, batch.token_version
+    lengths = m.sum(1).long()
+    assert int((lengths > 4).sum()) >= 2  # responses of both versions
+    for r in range(8):
+        n = int(lengths[r])
+        assert tv[r, :min(n, 4)].eq(0).all() and tv[r, 4:n].eq(1).all()
+    ro = SimpleRollout(batch)
+    lp0, lp1 = _trainer_logp(v0, ro), _trainer_logp(v1, ro)
+    own = torch.where(tv == 0, lp0, lp1) * m
+    assert float((batch.behaviour_logp - own).abs().max()) < 1e-3
+    assert float((batch.old_logp - own).abs().max()) < 1e-5
+    assert float((lp0 - lp1)[(tv == 1) & m.bool()].abs().mean()) > 1e-2  # the versions differ there
+
+
+class SimpleRollout:
+    """A batch seen as the rollout `_trainer_logp` scores."""
+
+    def __init__(self, batch):
+        self.input_ids, self.attention_mask = batch.input_ids, batch.attention_mask
+        self.response_start, self.response_mask = batch.response_start, batch.mask
+
+
 class _Counting:
     """An engine that counts the prompts it is asked to sample."""
 
@@ -276,3 +327,18 @@ def test_respo_eval_of_a_vllm_run_samples_through_its_engine_and_reproduces_its_
         [after[n] for n in ("mean@2", "pass@2", "greedy_acc", "response_length")]
     assert main(["eval", str(run), "--prompts", "3", "--k", "2", "--threads", "1", "--rollout-engine", "respo"]) == 0
     assert json.loads(capsys.readouterr().out)["engine"] == "respo"
+
+
+@pytest.mark.slow
+def test_partial_rollouts_run_on_the_engine_under_the_wait_policy(tmp_path):
+    cmd, env = _train(tmp_path / "p", "--mode", "async", "--reuse", "1", "--updates", "4", "--segment-tokens", "4",
+                      "--staleness-policy", "wait", "--max-staleness", "1", "--sync-every", "1")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    recs = _records(tmp_path / "p")
+    assert [r["update"] for r in recs] == [1, 2, 3, 4]
+    assert all(r["segments"] >= 1 and r["dropped"] == 0 and r["staleness_max"] <= 1 for r in recs)
+    # the float32 engine's log-probs of every token, under the version that sampled it, are the trainer's
+    assert all(r["rollout_corr/abs_diff"] < 1e-4 for r in recs)
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert config["segment_tokens"] == 4 and config["staleness_policy"] == "wait"
