@@ -100,7 +100,7 @@ class TrainConfig:
     updates: int = field(default=64, metadata={"help": "total optimizer steps (policy updates) of the run", "seed_key": "updates", "resumable": True})
     mode: str = field(default="sync", metadata={"help": "sync (reuse-N schedule) | async (rollout worker thread a bounded number of versions behind)"})
     sync_every: int = field(default=1, metadata={"help": "async: push the learner's weights to the rollout worker every K updates"})
-    max_staleness: int = field(default=4, metadata={"help": "async: drop samples more than this many policy versions behind"})
+    max_staleness: int = field(default=4, metadata={"help": "async: the most policy versions a trained batch's oldest token may be behind the learner (kept by staleness_policy)"})
     queue_size: int = field(default=2, metadata={"help": "async: rollout batches the worker may have waiting"})
     staleness_policy: str = field(default="drop", metadata={"help": "async: how max_staleness is kept: drop (a batch more than max_staleness versions behind when the learner reaches it is thrown away, counted as dropped) | wait (the worker holds back a new batch until it cannot end up more than max_staleness behind, counted as waited; nothing is dropped)"})
     segment_tokens: int = field(default=0, metadata={"help": "async: partial rollouts: the worker generates responses in segments of this many tokens and takes newly published weights between segments, so one response spans several policy versions (each token records its own); 0 = whole responses, one version each"})

@@ -307,8 +307,7 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
                     run.evaluate(f"update_{state.update}", source)
                 if _due(cfg.checkpoint_every, state.update, cfg.updates):
                     run.checkpoint()
-        with source.checkpointing(state.version) as in_flight:  # for the last checkpoint (an extension resumes it)
-            state.rollouts = in_flight
+        _keep_in_flight(source, state)
     finally:
         run.active = None
         source.close()
@@ -321,6 +320,22 @@ def _loop(cfg: TrainConfig, run: _Run) -> None:
     run.log.close()
     model.save_pretrained(run.run_dir / "final")
     run.policy.tokenizer.save_pretrained(run.run_dir / "final")
+
+
+def _keep_in_flight(source: MiniBatchSource, state: RunState) -> None:
+    """What the source has in flight at the end of the loop, for the last checkpoint (an extension of the run
+    resumes it); the source is closed while it is held, so the data cursor stays where those batches left it.
+    A worker that failed after its last batch was taken leaves nothing to resume: said, and the extension's
+    worker starts afresh."""
+    try:
+        with source.checkpointing(state.version) as in_flight:
+            state.rollouts = in_flight
+            source.close()
+    except RuntimeError as err:
+        state.rollouts = None
+        print(f"[respo] the rollout worker failed after the last update ({err.__cause__ or err}); the last checkpoint "
+              "holds no in-flight batches, and an extension of this run starts its worker afresh", file=sys.stderr,
+              flush=True)
 
 
 def _due(every: int, update: int, updates: int) -> bool:
