@@ -31,11 +31,14 @@ Comparisons, each printed as one JSON line with both sides' medians and their ra
   |log rho|, the sequence log rho's p10 / p90, the fraction of sequences beyond +-1): what the cheaper dtype
   costs the correction. One engine is alive at a time (two would not fit beside a training run): each round
   starts a side's engine, syncs the weights, warms it up with one full-size rollout, times the next, closes it.
-- ``schedules``: the sync on-policy schedule (N = 1) against the bounded asynchronous mode, both on the vLLM
-  engine, ``--updates`` updates per run at ``--prompts`` x ``--group``: the learner's wall time per update
-  (``time/update``, the first update of each run left out as the warm-up), and their ratio. Where the
-  asynchronous mode pays: the engine (its own core) samples the next batch while the learner trains.
-  Each repeat is a whole run per side, in alternating order.
+- ``schedules``: the sync on-policy schedule (N = 1), the bounded asynchronous mode with whole responses and
+  the asynchronous mode with partial rollouts (segments of ``--segment-tokens``), on the vLLM engine
+  (``--engine respo``: respo's sampler), ``--updates`` updates per run at ``--prompts`` x ``--group``: the
+  learner's wall time per update (``time/update``, the first update of each run left out as the warm-up), the
+  ratios, and the per-token staleness each reaches (mean, max, share of responses spanning versions). Where
+  the asynchronous modes pay: the engine (its own core) samples the next batch while the learner trains.
+  Each repeat is a whole run per schedule, in alternating order. ``--model tiny-dense`` runs the tiny preset
+  from random weights on addition instead of SmolLM2 (for a machine without the memory for SmolLM2).
 
 - ``prefix``: today's float32 forward against the fast one at the real-model study's batch (the warm start,
   ``--prompts`` x ``--group`` responses sampled once by the vLLM engine, up to ``--max-new-tokens``): one forward
@@ -53,7 +56,7 @@ medians are reported.
     .venv/bin/python benchmarks/bench_real.py [--threads 1] [--batch 16] [--new-tokens 64]
         [--rows 8] [--seq 192] [--repeats 3] [--cache-dir .cache/respo] [--only sample,train,logits]
         [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only engines,update
-        [--updates 3]                                                    # --only schedules
+        [--updates 3] [--segment-tokens 32] [--model tiny-dense] [--engine respo]   # --only schedules
         [--prompts 4] [--group 8] [--max-new-tokens 160]                 # --only engine-dtypes
         [--prompts 4] [--group 8] [--reuse 8] [--max-new-tokens 160]     # --only prefix
 """
@@ -565,45 +568,74 @@ def bench_engine_dtypes(args) -> dict:
     return out
 
 
+SCHEDULES = ("sync", "async", "partial")
+
+
+def _schedule_config(args, name: str) -> dict:
+    """One schedule's settings: sync on-policy (N = 1), async with whole responses, async with partial rollouts
+    (``--segment-tokens``); the rest shared. ``--model tiny-dense`` runs the tiny preset from random weights on
+    the addition task (the path a machine without room for SmolLM2 can run; its timings are not SmolLM2's)."""
+    tiny = args.model != MODEL
+    base = dict(model=args.model, task="addition" if tiny else "worded_addition", warm_start=not tiny,
+                cache_dir=args.cache_dir, objective="respo", prompts=args.prompts, group_size=args.group, reuse=1,
+                micro_batch=8, lr=1e-4 if tiny else 1e-6, warmup=0, weight_decay=0.0,
+                max_new_tokens=args.max_new_tokens, rollout_engine=args.engine, engine_dtype="auto",
+                engine_threads=args.threads, threads=args.threads, updates=args.updates, eval_prompts=0,
+                checkpoint_every=0, progress=False, tensorboard=False, sft_kwargs=json.loads(args.sft_kwargs))
+    if tiny:
+        base["task_kwargs"] = {"overlong": [args.max_new_tokens, args.max_new_tokens - 1]}
+    if name == "sync":
+        return {**base, "mode": "sync"}
+    return {**base, "mode": "async", "segment_tokens": args.segment_tokens if name == "partial" else 0}
+
+
 def bench_schedules(args) -> dict:
-    """The two schedules on the vLLM engine: sync on-policy (N = 1: sample, then train) against the bounded
-    asynchronous mode (the engine samples the next batch, and the worker scores its ``old_logp``, while the
-    learner trains), ``--updates`` updates each from the warm start; per update = the mean ``time/update``
-    (the learner's wall time, waits included) over all but the first update, which is the warm-up."""
+    """The three schedules on one engine: sync on-policy (N = 1: sample, then train), the bounded asynchronous
+    mode with whole responses (the engine samples the next batch, and the worker scores its ``old_logp``, while
+    the learner trains) and with partial rollouts (the worker takes published weights between segments of
+    ``--segment-tokens``), ``--updates`` updates each; per update = the mean ``time/update`` (the learner's
+    wall time, waits included) over all but the first update, which is the warm-up. The staleness each
+    reaches is per token (mean and max over the measured updates, the share of responses spanning several
+    versions); medians over ``--repeats`` runs per schedule, the schedules in alternating order."""
     import os
     import tempfile
     import warnings
 
     from respo.train.config import TrainConfig
     from respo.train.trainer import train
+    from timing import order
 
-    base = dict(model=MODEL, task="worded_addition", warm_start=True, cache_dir=args.cache_dir, objective="respo",
-                prompts=args.prompts, group_size=args.group, reuse=1, micro_batch=8, lr=1e-6, warmup=0,
-                weight_decay=0.0, max_new_tokens=args.max_new_tokens, rollout_engine="vllm", engine_dtype="auto",
-                engine_threads=args.threads, threads=args.threads, updates=args.updates, eval_prompts=0,
-                checkpoint_every=0, progress=False, tensorboard=False)
-    names, per, phases, stale = ["sync", "async"], {"sync": [], "async": []}, {"sync": {}, "async": {}}, []
+    per = {n: [] for n in SCHEDULES}
+    phases = {n: {} for n in SCHEDULES}
+    stale = {n: {"mean": [], "max": [], "mixed": []} for n in SCHEDULES}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            for name in names if r % 2 == 0 else names[::-1]:
+            for name in order(SCHEDULES, r):
                 with warnings.catch_warnings():  # a run's per-metric notes (e.g. no positive rows): not the benchmark's
                     warnings.simplefilter("ignore")
-                    run = train(TrainConfig(**base, mode=name, out_dir=f"{tmp}/{name}-{r}"))
+                    run = train(TrainConfig(**_schedule_config(args, name), out_dir=f"{tmp}/{name}-{r}"))
                 recs = [json.loads(line) for line in open(run / "metrics.jsonl") if '"event"' not in line][1:]
                 per[name].append(statistics.fmean(rec["time/update"] for rec in recs))
                 for rec in recs:
                     for k, v in rec.items():
                         if k.startswith("time/") and k != "time/update" and v is not None:
                             phases[name].setdefault(k, []).append(v)
-                if name == "async":
-                    stale += [rec["staleness_mean"] for rec in recs]
+                stale[name]["mean"].append(statistics.fmean(rec["staleness_mean"] for rec in recs))
+                stale[name]["max"].append(max(rec["staleness_max"] for rec in recs))
+                stale[name]["mixed"].append(statistics.fmean(rec["staleness/mixed"] for rec in recs))
     med = {n: statistics.median(v) for n, v in per.items()}
-    return {"bench": "schedules", "prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new_tokens,
+    return {"bench": "schedules", "model": args.model, "engine": args.engine, "prompts": args.prompts,
+            "group": args.group, "max_new_tokens": args.max_new_tokens, "segment_tokens": args.segment_tokens,
             "updates_measured": args.updates - 1, "repeats": args.repeats, "threads": args.threads,
-            "cores": len(os.sched_getaffinity(0)), "per_update_s": {n: round(v, 1) for n, v in med.items()},
+            "cores": len(os.sched_getaffinity(0)), "per_update_s": {n: round(v, 3) for n, v in med.items()},
             "sync_over_async": round(med["sync"] / med["async"], 3),
-            "phase_mean_s": {n: {k: round(statistics.fmean(v), 1) for k, v in sorted(p.items())} for n, p in phases.items()},
-            "async_staleness_mean": round(statistics.fmean(stale), 2)}
+            "sync_over_partial": round(med["sync"] / med["partial"], 3),
+            "async_over_partial": round(med["async"] / med["partial"], 3),
+            "staleness_mean": {n: round(statistics.median(v["mean"]), 3) for n, v in stale.items()},
+            "staleness_max": {n: max(v["max"]) for n, v in stale.items()},
+            "mixed_responses": {n: round(statistics.median(v["mixed"]), 3) for n, v in stale.items()},
+            "phase_mean_s": {n: {k: round(statistics.fmean(v), 3) for k, v in sorted(p.items())}
+                             for n, p in phases.items()}}
 
 
 def main(argv=None) -> None:
@@ -622,11 +654,25 @@ def main(argv=None) -> None:
     ap.add_argument("--reuse", type=int, default=8, help="update: updates per rollout step (N)")
     ap.add_argument("--max-new-tokens", type=int, default=160, help="update: response length cap")
     ap.add_argument("--updates", type=int, default=3, help="schedules: updates per run (the first is the warm-up)")
+    ap.add_argument("--segment-tokens", type=int, default=32, help="schedules: the partial rollouts' segment length")
+    ap.add_argument("--model", default=MODEL, choices=(MODEL, "tiny-dense"),
+                    help="schedules: the policy (tiny-dense: the tiny preset from random weights, on addition)")
+    ap.add_argument("--engine", default="vllm", choices=("vllm", "respo"), help="schedules: the rollout engine")
+    ap.add_argument("--sft-kwargs", default="{}",
+                    help='schedules: the warm start\'s settings as JSON (e.g. \'{"dtype": "float32"}\' names the warm '
+                         'start built with a float32 SFT)')
     args = ap.parse_args(argv)
     check_repeats(args.repeats)
     if args.updates < 2:
         raise SystemExit(f"--updates must be >= 2 (the first update of each run is its warm-up), got {args.updates}")
+    if args.segment_tokens < 1:
+        raise SystemExit(f"--segment-tokens must be >= 1, got {args.segment_tokens}")
+    if args.model != MODEL and args.only != "schedules":
+        raise SystemExit(f"--model {args.model} applies to --only schedules; the other benchmarks measure {MODEL}")
     torch.set_num_threads(args.threads)
+    if args.only == "schedules":  # the runs load their own policy
+        print(json.dumps({"model": args.model, **bench_schedules(args)}), flush=True)
+        return
     model, tok = load_pretrained(resolve_packaged(MODEL, args.cache_dir))
     runs = {"sample": lambda: bench_sample(model, tok, args), "train": lambda: bench_train(model, args),
             "logits": lambda: bench_logits(model, args), "engines": lambda: bench_engines(model, tok, args),
