@@ -9,16 +9,27 @@ STAMP  := $(VENV)/.respo-installed
 EVENV  ?= .venv-vllm
 EPY    := $(EVENV)/bin/python
 ESTAMP := $(EVENV)/.respo-installed
+# AReaL's own functions run in an environment of their own for the cross-checks (tests/host_support.py): areal 1.0.4
+# pins torch <2.11 and transformers <=5.3. It is installed --no-deps with only what its loss module needs to import
+# (its full dependencies include agent frameworks and a torch <2.11 CUDA build) and torch 2.13.0; `make setup` makes
+# it, `make hosts` only it.
+AVENV  ?= .venv-areal
+APY    := $(AVENV)/bin/python
+ASTAMP := $(AVENV)/.respo-installed
+AREAL_IMPORTS := aiohttp aiofiles colorlog datasets einops flask httpx hydra-core lark networkx numba omegaconf openai \
+	orjson pillow pybase64 pyyaml ray swanlab tabulate tenacity tensorboardx torchdata trackio transformers uvloop wandb
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test-not-slow setup engine demo test test-fast bench clean
+.PHONY: test-not-slow setup engine hosts demo test test-fast bench clean
 
-setup: $(STAMP) $(ESTAMP)
+setup: $(STAMP) $(ESTAMP) $(ASTAMP)
 
 engine: $(ESTAMP)
+
+hosts: $(ASTAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,7 +56,20 @@ $(ESTAMP): constraints-vllm.txt
 	$(EPY) -c "import vllm" 2>/dev/null
 	touch $(ESTAMP)
 
-demo: setup
+$(ASTAMP): constraints-areal.txt
+	test -x $(APY) || python3 -m venv $(AVENV)
+	$(APY) -m pip install -q --upgrade pip
+	$(APY) -m pip install -q -c constraints-areal.txt torch==2.13.0
+	$(APY) -m pip install -q --no-deps areal==1.0.4
+	$(APY) -m pip install -q -c constraints-areal.txt $(AREAL_IMPORTS)
+	@# what pip check may report: the requirements of areal left out, and its torch pin (<2.11) against 2.13.0
+	@problems="$$($(APY) -m pip check | grep -v -E '^areal 1\.0\.4 requires [^,]+, which is not installed\.$$' | grep -v -E '^areal 1\.0\.4 has requirement torch<2\.11,>=2\.9\.1; .*, but you have torch 2\.13\.0\+cpu\.$$' | grep -v '^No broken requirements found\.$$')"; \
+	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
+	$(APY) -c "import areal.trainer.ppo.actor, areal.utils.functional" 2>/dev/null
+	touch $(ASTAMP)
+
+# the demo needs .venv and .venv-vllm only (.venv-areal serves the tests)
+demo: $(STAMP) $(ESTAMP)
 	$(PY) -m respo demo
 
 test: setup
@@ -66,4 +90,4 @@ bench: setup
 	$(PY) benchmarks/bench_precision.py
 
 clean:
-	rm -rf $(VENV) $(EVENV) .cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(EVENV) $(AVENV) .cache .pytest_cache .hypothesis
