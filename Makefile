@@ -9,15 +9,19 @@ STAMP  := $(VENV)/.respo-installed
 EVENV  ?= .venv-vllm
 EPY    := $(EVENV)/bin/python
 ESTAMP := $(EVENV)/.respo-installed
-# AReaL's own functions run in an environment of their own for the cross-checks (tests/host_support.py): areal 1.0.4
-# pins torch <2.11 and transformers <=5.3. It is installed --no-deps with only what its loss module needs to import
-# (its full dependencies include agent frameworks and a torch <2.11 CUDA build) and torch 2.13.0; `make setup` makes
-# it, `make hosts` only it.
+# AReaL's and SkyRL's own functions run in environments of their own for the cross-checks and the SkyRL plug-in's
+# tests (tests/host_support.py): areal 1.0.4 pins torch <2.11 and transformers <=5.3, skyrl 0.3.0 transformers <=5.8.
+# Each is installed --no-deps with only what its loss module needs to import (AReaL's full dependencies include agent
+# frameworks and a torch <2.11 CUDA build) and torch 2.13.0; `make setup` makes both, `make hosts` only these two.
 AVENV  ?= .venv-areal
 APY    := $(AVENV)/bin/python
 ASTAMP := $(AVENV)/.respo-installed
 AREAL_IMPORTS := aiohttp aiofiles colorlog datasets einops flask httpx hydra-core lark networkx numba omegaconf openai \
 	orjson pillow pybase64 pyyaml ray swanlab tabulate tenacity tensorboardx torchdata trackio transformers uvloop wandb
+SVENV  ?= .venv-skyrl
+SPY    := $(SVENV)/bin/python
+SSTAMP := $(SVENV)/.respo-installed
+SKYRL_IMPORTS := cloudpickle jaxtyping loguru numpy omegaconf pydantic ray skyrl-gym typing_extensions
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
@@ -25,11 +29,11 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: test-not-slow setup engine hosts demo test test-fast bench clean
 
-setup: $(STAMP) $(ESTAMP) $(ASTAMP)
+setup: $(STAMP) $(ESTAMP) $(ASTAMP) $(SSTAMP)
 
 engine: $(ESTAMP)
 
-hosts: $(ASTAMP)
+hosts: $(ASTAMP) $(SSTAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -68,7 +72,20 @@ $(ASTAMP): constraints-areal.txt
 	$(APY) -c "import areal.trainer.ppo.actor, areal.utils.functional" 2>/dev/null
 	touch $(ASTAMP)
 
-# the demo needs .venv and .venv-vllm only (.venv-areal serves the tests)
+$(SSTAMP): constraints-skyrl.txt
+	test -x $(SPY) || python3 -m venv $(SVENV)
+	$(SPY) -m pip install -q --upgrade pip
+	$(SPY) -m pip install -q -c constraints-skyrl.txt torch==2.13.0
+	$(SPY) -m pip install -q --no-deps skyrl==0.3.0
+	$(SPY) -m pip install -q -c constraints-skyrl.txt $(SKYRL_IMPORTS)
+	@problems="$$($(SPY) -m pip check | grep -v -E '^skyrl 0\.3\.0 requires [^,]+, which is not installed\.$$' | grep -v '^No broken requirements found\.$$')"; \
+	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
+	@# skyrl 0.3.0 imports on Python 3.11 only with typing.TypedDict made typing_extensions' (its pydantic models need
+	@# that before 3.12), as tests/integrations/hosts/skyrl_side.py does
+	$(SPY) -c "import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict; import skyrl.backends.skyrl_train.utils.ppo_utils" 2>/dev/null
+	touch $(SSTAMP)
+
+# the demo needs .venv and .venv-vllm only (.venv-areal and .venv-skyrl serve the tests)
 demo: $(STAMP) $(ESTAMP)
 	$(PY) -m respo demo
 
@@ -90,4 +107,4 @@ bench: setup
 	$(PY) benchmarks/bench_precision.py
 
 clean:
-	rm -rf $(VENV) $(EVENV) $(AVENV) .cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(EVENV) $(AVENV) $(SVENV) .cache .pytest_cache .hypothesis

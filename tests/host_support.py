@@ -1,7 +1,7 @@
-"""Running a host framework's own functions in the environment that has it (.venv-areal).
+"""Running a host framework's own functions in the environment that has it (.venv-areal, .venv-skyrl).
 
-A host whose pins clash with .venv (AReaL 1.0.4: torch < 2.11, transformers <= 5.3) has a virtual
-environment of its own, made by `make setup`. A cross-check writes
+A host whose pins clash with .venv (AReaL 1.0.4: torch < 2.11, transformers <= 5.3; SkyRL 0.3.0:
+transformers <= 5.8) has a virtual environment of its own, made by `make setup`. A cross-check writes
 its cases (tensors and settings) to a file, runs a script of tests/integrations/hosts/ with that
 environment's interpreter once, and reads the host's results back from another file; respo's side runs
 in the test process on the same tensors. Both environments have torch 2.13.0, so the files are
@@ -48,8 +48,8 @@ def run_host(host: str, script: str, payload: Any, *, timeout: float = 3600.0) -
     """Run ``tests/integrations/hosts/<script>`` with ``host``'s interpreter on ``payload``; its output.
 
     The script is called as ``python <script> <in.pt> <out.pt>``: it reads ``payload`` from the first
-    file and writes its results to the second. The repository is on its PYTHONPATH (a plug-in of
-    respo is imported there from this checkout); one intra-op thread.
+    file and writes its results to the second. The repository is on its PYTHONPATH (respo's plug-ins
+    are imported there from this checkout); one intra-op thread.
     """
     python = host_python(host)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
