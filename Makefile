@@ -9,16 +9,31 @@ STAMP  := $(VENV)/.respo-installed
 EVENV  ?= .venv-vllm
 EPY    := $(EVENV)/bin/python
 ESTAMP := $(EVENV)/.respo-installed
+# AReaL's and SkyRL's own functions run in environments of their own for the cross-checks and the SkyRL plug-in's
+# tests (tests/host_support.py): areal 1.0.4 pins torch <2.11 and transformers <=5.3, skyrl 0.3.0 transformers <=5.8.
+# Each is installed --no-deps with only what its loss module needs to import (AReaL's full dependencies include agent
+# frameworks and a torch <2.11 CUDA build) and torch 2.13.0; `make setup` makes both, `make hosts` only these two.
+AVENV  ?= .venv-areal
+APY    := $(AVENV)/bin/python
+ASTAMP := $(AVENV)/.respo-installed
+AREAL_IMPORTS := aiohttp aiofiles colorlog datasets einops flask httpx hydra-core lark networkx numba omegaconf openai \
+	orjson pillow pybase64 pyyaml ray swanlab tabulate tenacity tensorboardx torchdata trackio transformers uvloop wandb
+SVENV  ?= .venv-skyrl
+SPY    := $(SVENV)/bin/python
+SSTAMP := $(SVENV)/.respo-installed
+SKYRL_IMPORTS := cloudpickle jaxtyping loguru numpy omegaconf pydantic ray skyrl-gym typing_extensions
 export MPLCONFIGDIR ?= $(CURDIR)/.cache/matplotlib
 export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test-not-slow setup engine demo test test-fast bench clean
+.PHONY: test-not-slow setup engine hosts demo test test-fast bench clean
 
-setup: $(STAMP) $(ESTAMP)
+setup: $(STAMP) $(ESTAMP) $(ASTAMP) $(SSTAMP)
 
 engine: $(ESTAMP)
+
+hosts: $(ASTAMP) $(SSTAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,7 +60,33 @@ $(ESTAMP): constraints-vllm.txt
 	$(EPY) -c "import vllm" 2>/dev/null
 	touch $(ESTAMP)
 
-demo: setup
+$(ASTAMP): constraints-areal.txt
+	test -x $(APY) || python3 -m venv $(AVENV)
+	$(APY) -m pip install -q --upgrade pip
+	$(APY) -m pip install -q -c constraints-areal.txt torch==2.13.0
+	$(APY) -m pip install -q --no-deps areal==1.0.4
+	$(APY) -m pip install -q -c constraints-areal.txt $(AREAL_IMPORTS)
+	@# what pip check may report: the requirements of areal left out, and its torch pin (<2.11) against 2.13.0
+	@problems="$$($(APY) -m pip check | grep -v -E '^areal 1\.0\.4 requires [^,]+, which is not installed\.$$' | grep -v -E '^areal 1\.0\.4 has requirement torch<2\.11,>=2\.9\.1; .*, but you have torch 2\.13\.0\+cpu\.$$' | grep -v '^No broken requirements found\.$$')"; \
+	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
+	$(APY) -c "import areal.trainer.ppo.actor, areal.utils.functional" 2>/dev/null
+	touch $(ASTAMP)
+
+$(SSTAMP): constraints-skyrl.txt
+	test -x $(SPY) || python3 -m venv $(SVENV)
+	$(SPY) -m pip install -q --upgrade pip
+	$(SPY) -m pip install -q -c constraints-skyrl.txt torch==2.13.0
+	$(SPY) -m pip install -q --no-deps skyrl==0.3.0
+	$(SPY) -m pip install -q -c constraints-skyrl.txt $(SKYRL_IMPORTS)
+	@problems="$$($(SPY) -m pip check | grep -v -E '^skyrl 0\.3\.0 requires [^,]+, which is not installed\.$$' | grep -v '^No broken requirements found\.$$')"; \
+	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
+	@# skyrl 0.3.0 imports on Python 3.11 only with typing.TypedDict made typing_extensions' (its pydantic models need
+	@# that before 3.12), as tests/integrations/hosts/skyrl_side.py does
+	$(SPY) -c "import typing, typing_extensions; typing.TypedDict = typing_extensions.TypedDict; import skyrl.backends.skyrl_train.utils.ppo_utils" 2>/dev/null
+	touch $(SSTAMP)
+
+# the demo needs .venv and .venv-vllm only (.venv-areal and .venv-skyrl serve the tests)
+demo: $(STAMP) $(ESTAMP)
 	$(PY) -m respo demo
 
 test: setup
@@ -66,4 +107,4 @@ bench: setup
 	$(PY) benchmarks/bench_precision.py
 
 clean:
-	rm -rf $(VENV) $(EVENV) .cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(EVENV) $(AVENV) $(SVENV) .cache .pytest_cache .hypothesis

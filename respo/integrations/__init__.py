@@ -8,6 +8,8 @@ framework only when imported itself:
   is verl's ``main_ppo`` with the registration also done inside every Ray worker.
 - :mod:`respo.integrations.trl` (extra ``trl``): ``RespoGRPOTrainer``/``RespoGRPOConfig``,
   TRL's ``GRPOTrainer`` with ``loss_type="respo"`` (and the other respo objectives).
+- :mod:`respo.integrations.skyrl` (extra ``skyrl``): importing it registers respo's objectives
+  in SkyRL's ``PolicyLossRegistry`` (``trainer.algorithm.policy_loss_type=respo``).
 
-This package itself imports nothing, so ``import respo.integrations`` never pulls in verl or TRL.
+This package itself imports nothing, so ``import respo.integrations`` never pulls in verl, TRL or SkyRL.
 """

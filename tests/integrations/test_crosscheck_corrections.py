@@ -11,9 +11,11 @@ What is checked against what:
                             (``decoupled_token_is``) and zeroed above 5 (AReaL's cap, as a band)
   opsm                      TRL ``GRPOTrainer.get_off_policy_mask``; the loss against verl's PPO clip × mask
   chi2                      verl ``compute_offpolicy_metrics`` (``chi2_token``, ``chi2_seq``)
-No installed implementation exists for m2po (neither verl 0.9.1 nor TRL 1.16 has it; AReaL is not a
-dependency): its tests are hand-worked only (tests/core/test_corrections.py). TRL's ``*_truncate``/``*_mask``
-weights are computed inline in its generation step, not by a function that can be called on tensors.
+Neither verl 0.9.1 nor TRL 1.16 has m2po. AReaL 1.0.4's M2PO mask, decoupled loss and log-linear proximal
+policy are checked against AReaL itself, in its own environment (tests/integrations/test_crosscheck_areal.py);
+the m2po objective's values are hand-worked (tests/core/test_corrections.py), as AReaL applies the mask to
+decoupled PPO. TRL's ``*_truncate``/``*_mask`` weights are computed inline in its generation step, not by a
+function that can be called on tensors.
 """
 
 from types import SimpleNamespace

@@ -10,8 +10,8 @@ its token and sequence counts; masks must be equal exactly):
                      tokens from the normaliser, respo keeps them at weight 0, so token-mean differs by
                      exactly the ratio of the two token counts, which is checked too)
   tis/mis batch_normalize   verl's bypass mode, REINFORCE, ``rollout_is_batch_normalize=True``
-LUSPO is TRL's and is checked inside TRL's trainer (tests/integrations/test_integration_trl.py). AReaL is not
-installed: the log-linear proximal policy is checked on hand-worked values (tests/core/test_trust_region_objectives.py).
+LUSPO is TRL's and is checked inside TRL's trainer (tests/integrations/test_integration_trl.py). AReaL's log-linear
+proximal policy is checked against AReaL 1.0.4's own function (tests/integrations/test_crosscheck_areal.py).
 """
 
 import pytest
