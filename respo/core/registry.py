@@ -16,7 +16,9 @@ values (``ObjectiveSpec.hyperparameters``); it checks them (a bad value raises `
 and returns the term ``term(inputs, log_ratio, rho) -> Term`` the pipeline runs (``respo.core.objectives``).
 The registration adds what the pipeline and the catalogue need besides: the one-line ``summary`` of the
 loss, the ``source`` of its formula and defaults, its ``family`` (a section of the catalogue), its default
-aggregation, whether its losses are per sequence and the extra per-token tensors it reads. A factory that
+aggregation, whether its losses are per sequence, whether each row's loss scales with its advantages
+(``scale_free``: a host that pre-scales the advantages, as SkyRL does, can run only those) and the extra
+per-token tensors it reads. A factory that
 wraps a pure function taking the same hyperparameters names it in ``same_defaults_as``, and a default
 that differs between the two is refused when it is registered.
 
@@ -100,6 +102,9 @@ class ObjectiveSpec:
     per_sequence: bool = False  # the term gives per-sequence losses (only ``default_agg`` is accepted)
     inputs: Tuple[str, ...] = ()  # extra (B, T) tensors the term reads from ``inputs.extra``
     optional_inputs: Tuple[str, ...] = ()  # extra (B, T) tensors a call may leave out
+    # each row's loss scales with a positive factor on that row's advantages, ℓ_i(c·Â_i) = c·ℓ_i(Â_i) for c > 0
+    # (False where a term not multiplied by Â, or a selection by a threshold on Â's scale, enters the loss)
+    scale_free: bool = True
 
     @property
     def hyperparameters(self) -> Dict[str, object]:
@@ -113,7 +118,7 @@ _BUILT_IN: set = set()  # names registered by respo's own modules (not removable
 
 def register_objective(name: str, factory: Callable[..., TermFn], *, summary: str, source: str,
                        family: str = "other", default_agg: str = "token-mean", per_sequence: bool = False,
-                       inputs: Tuple[str, ...] = (), optional_inputs: Tuple[str, ...] = (),
+                       inputs: Tuple[str, ...] = (), optional_inputs: Tuple[str, ...] = (), scale_free: bool = True,
                        same_defaults_as: Optional[Callable] = None) -> ObjectiveSpec:  # fmt: skip
     """Register objective ``name`` made by ``factory`` (see the module docstring); returns its ``ObjectiveSpec``.
 
@@ -133,7 +138,7 @@ def register_objective(name: str, factory: Callable[..., TermFn], *, summary: st
     if default_agg not in AGG_MODES:
         raise ValueError(f"objective {name!r}: default_agg must be one of {AGG_MODES}, got {default_agg!r}")
     spec = ObjectiveSpec(name, factory, summary, source, family, default_agg, per_sequence, tuple(inputs),
-                         tuple(optional_inputs))  # fmt: skip
+                         tuple(optional_inputs), scale_free)  # fmt: skip
     missing = [k for k, v in spec.hyperparameters.items() if v is inspect.Parameter.empty]
     if missing:
         raise ValueError(f"objective {name!r}: hyperparameter(s) {missing} need their published default")

@@ -118,7 +118,7 @@ def _gpg_objective() -> TermFn:
     return term
 
 
-@objective("dro", family="rule", summary="−(Â·logp − ½β(log r)²)·ρ",
+@objective("dro", family="rule", scale_free=False, summary="−(Â·logp − ½β(log r)²)·ρ",
            source="verl 0.9.1 loss_mode='dro' (policy_loss.dro_beta has no default, required > 0: β = 1 is respo's)")
 def _dro_objective(beta: float = 1.0) -> TermFn:
     """DRO (verl ``dro``): ℓ = −(Â·logp − ½β·(log r)²)·ρ, REINFORCE with a quadratic log-ratio penalty.
@@ -204,7 +204,8 @@ def kl_cov_select(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *, 
     return _per_group(select, groups, mask, logp, adv.expand_as(logp))
 
 
-@objective("kl_cov", family="rule", summary="−Â·r·ρ plus κ·|log r|·ρ on the k tokens of largest covariance",
+@objective("kl_cov", family="rule", scale_free=False,
+           summary="−Â·r·ρ plus κ·|log r|·ρ on the k tokens of largest covariance",
            source="KL-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='kl_cov', "
                   "PolicyLossConfig kl_cov_ratio 2e-4, ppo_kl_coef 0.1")
 def _kl_cov_objective(kl_cov_ratio: float = 2e-4, ppo_kl_coef: float = 0.1) -> TermFn:
@@ -288,7 +289,7 @@ def clip_cov(logp, old_logp, adv, mask, *, clip_ratio_low: float = 0.2, clip_rat
     return Correction(clip.loss * k, coef, torch.zeros_like(valid), silenced, "token", metrics)
 
 
-@objective("clip_cov", family="rule", same_defaults_as=clip_cov,
+@objective("clip_cov", family="rule", scale_free=False, same_defaults_as=clip_cov,
            summary="PPO clip with the gradient of k random tokens of a covariance band detached",
            source="Clip-Cov, Cui et al. (2025), arXiv 2505.22617; verl 0.9.1 loss_mode='clip_cov', "
                   "PolicyLossConfig clip_cov_ratio 2e-4, lb 1, ub 5, ActorConfig ε = 0.2")
@@ -343,7 +344,7 @@ def prime_rl(logp, old_logp, adv, mask, *, delta_low: float = 0.2, delta_high: f
     return Correction(values, coef, torch.zeros_like(valid), ~keep & valid, "token", metrics)
 
 
-@objective("prime_rl", family="rule", same_defaults_as=prime_rl,
+@objective("prime_rl", family="rule", scale_free=False, same_defaults_as=prime_rl,
            summary="−M·τ_A·Â·w + τ_KL·(log w)², M DPPO's binary-TV mask, w = π_θ/π_sampler",
            source="prime-rl 0.8.0 default loss (DefaultLossConfig: dppo_mask 0.2, adv_tau 1, kl_tau 1e-3): "
                   "DPPO-Binary-TV, arXiv 2602.04879, + Kimi K2.5's (log r)², arXiv 2602.02276")

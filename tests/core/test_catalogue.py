@@ -192,3 +192,35 @@ def test_the_catalogue_is_in_families():
     assert set(objective_names(family="rule")) == {"gpg", "dro", "kl_cov", "clip_cov", "prime_rl", "two_sided",
                                                    "geo_mask", "product_mask", "outlier_mask"}  # fmt: skip
     assert all(get_spec(n).family in registry.FAMILIES for n in objective_names())
+
+
+def _grad_at(name: str, logp0, old, adv, mask) -> torch.Tensor:
+    """∂/∂logp of ``name``'s token-sum loss (clip_cov's random draw on a fixed global seed)."""
+    x = logp0.clone().requires_grad_(True)
+    extra = {"prox_logp": old} if name == "decoupled" else {}
+    torch.manual_seed(5)
+    loss, _ = respo.policy_loss(name, x, old, adv, mask, loss_agg_mode="token-sum", **extra)
+    loss.backward()
+    return x.grad
+
+
+@pytest.mark.parametrize("name", [n for n in objective_names() if not get_spec(n).per_sequence])
+def test_scale_free_says_whether_each_rows_loss_scales_with_its_advantages(name):
+    # A host that hands the loss advantages already divided by its reduction's counts (SkyRL: Â/N_tokens
+    # for token_mean, Â_i/(B·T_i) for sequence_mean) gets the published loss only where
+    # ℓ_i(c_i·Â_i) = c_i·ℓ_i(Â_i) for every c_i > 0, i.e. where the gradient at c·Â is c_i times the gradient
+    # at Â, row by row. 16 × 512 tokens (kl_cov and clip_cov pick k = ⌊2e-4·8192⌋ = 1 token), log r ~ N(0, 0.5²)
+    # so the clips, masks and the covariance band are met; c_i in [0.05, 3]. For dro and prime_rl the term on
+    # (log r)² carries no Â; for kl_cov the κ·|log r| of its selected token carries none; clip_cov's band
+    # [1, 5] is on the scale of Â·(log π − mean), so scaling Â moves tokens in and out of it.
+    g = torch.Generator().manual_seed(3)
+    B, T = 16, 512
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
+    logp = old + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    mask = torch.ones(B, T, dtype=torch.float64)
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64).expand(B, T).contiguous()
+    c = 0.05 + 2.95 * torch.rand(B, 1, generator=g, dtype=torch.float64)
+    scaled = _grad_at(name, logp, old, c * adv, mask)
+    times_c = c * _grad_at(name, logp, old, adv, mask)
+    same = torch.allclose(scaled, times_c, rtol=1e-9, atol=1e-12)
+    assert same == get_spec(name).scale_free, (name, (scaled - times_c).abs().max().item())

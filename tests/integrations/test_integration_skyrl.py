@@ -13,7 +13,7 @@ objective runs on the unscaled advantages with the aggregation that SkyRL's redu
     prompt_mean -> the mean over prompts of each prompt's token-mean
 
 What is checked (float64):
-  every objective the plug-in offers (respo's but gmpo) under token_mean, and respo, vespo, grpo, m2po,
+  every objective the plug-in offers (respo's but gmpo and the four whose loss does not scale with Â) under token_mean, and respo, vespo, grpo, m2po,
   opsm, tis, decoupled under sequence_mean and seq_mean_token_sum_norm, respo under prompt_mean: loss and
   gradient equal respo's objective within rtol 1e-12, atol 1e-14 (one sum order against another);
   the generator's log-probs folded as log ρ = old − rollout (``decoupled``: π_prox = old, π_behaviour = rollout);
@@ -30,6 +30,7 @@ import torch
 
 from respo import OBJECTIVES as CORE_OBJECTIVES
 from respo import build_objective, policy_loss
+from respo.core.registry import get_spec
 
 from host_support import run_host
 
@@ -40,7 +41,8 @@ NATIVE = dict(rtol=1e-6, atol=1e-9)
 B, T, MAX_SEQ_LEN = 8, 12, 16
 PROMPTS = [(0, 4), (4, 8)]  # two prompts of four responses (prompt_mean)
 SKYRL_HAS = {"gspo", "cispo", "sapo"}  # respo objectives whose name SkyRL 0.3.0 already uses
-OBJECTIVES = [n for n in CORE_OBJECTIVES if not build_objective(n).per_sequence]
+OBJECTIVES = [n for n in CORE_OBJECTIVES if get_spec(n).scale_free and not build_objective(n).per_sequence]
+NOT_SCALE_FREE = [n for n in CORE_OBJECTIVES if not get_spec(n).scale_free]  # dro, kl_cov, clip_cov, prime_rl
 NAMES = {n: f"respo_{n}" if n in SKYRL_HAS else n for n in OBJECTIVES}
 AGG = {"token_mean": "token-mean", "sequence_mean": "seq-mean-token-mean",
        "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}  # fmt: skip
@@ -99,7 +101,8 @@ PAYLOAD = {
     "register": [{"objective": "respo", "name": "respo_sharp", "hparams": {"pos": (3.0, 0.5, 2.0)}}],
     "refuse": {"builtin_name": {"objective": "respo", "name": "regular"},
                "gmpo": {"objective": "gmpo", "name": "respo_gmpo"},
-               "taken_by_another_variant": {"objective": "vespo", "name": "respo_sharp"}},  # fmt: skip
+               "taken_by_another_variant": {"objective": "vespo", "name": "respo_sharp"},
+               **{f"not_scale_free/{n}": {"objective": n, "name": f"respo_{n}"} for n in NOT_SCALE_FREE}},  # fmt: skip
     "builtins": ["regular", "dual_clip", "gspo", "cispo", "sapo", "dppo"],
 }
 HPARAMS = {"respo_sharp": {"pos": (3.0, 0.5, 2.0)}}
@@ -153,12 +156,17 @@ def test_respos_losses_are_in_skyrls_registry_under_their_names(skyrl):
     # SkyRL's own losses keep their names
     assert set(skyrl["builtin_modules"].values()) == {"skyrl.backends.skyrl_train.utils.ppo_utils"}
     assert "gmpo" not in skyrl["available"]
+    assert not {n for n in NOT_SCALE_FREE} & set(skyrl["registered"])  # not offered (the refusal below)
 
 
 def test_registration_refuses_a_taken_name_and_gmpo(skyrl):
     assert "SkyRL already has a policy loss named 'regular'" in skyrl["refused"]["builtin_name"]
     assert "SkyRL already has a policy loss named 'respo_sharp'" in skyrl["refused"]["taken_by_another_variant"]
     assert "unknown respo objective for SkyRL 'gmpo'" in skyrl["refused"]["gmpo"]
+    assert sorted(NOT_SCALE_FREE) == ["clip_cov", "dro", "kl_cov", "prime_rl"]
+    for n in NOT_SCALE_FREE:  # SkyRL hands a loss its pre-scaled advantages only
+        assert f"respo objective {n!r} cannot run in SkyRL: its loss does not scale with the advantages" in \
+            skyrl["refused"][f"not_scale_free/{n}"]  # fmt: skip
 
 
 @pytest.mark.parametrize("key", [k for k in CASES if "/" in k and k.split("/")[0] in OBJECTIVES

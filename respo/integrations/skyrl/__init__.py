@@ -28,7 +28,10 @@ picks a kernel), so L is respo's objective on the unscaled advantages with the m
 
 SkyRL sums the micro-batch losses of a mini-batch, so the sum is the mini-batch's loss. The selections
 that span the batch they are given (``m2po``; ``tis``/``mis`` with ``batch_normalize``) are made per
-micro-batch. ``gmpo`` (a per-sequence loss) is not offered. ``luspo`` needs
+micro-batch. ``gmpo`` (a per-sequence loss) is not offered, nor are the objectives whose loss does not scale
+with the advantages (``NOT_SCALE_FREE``: ``dro``'s and ``prime_rl``'s penalties on log r carry no Â, ``kl_cov``
+and ``clip_cov`` pick tokens by thresholds on Â's covariance with log π), since SkyRL hands the loss only
+the scaled Â: their SkyRL losses would not be respo's objective under any reduction. ``luspo`` needs
 ``loss_reduction=seq_mean_token_sum_norm`` (LUSPO's seq-mean-token-sum over max_seq_len) and refuses
 the others, as the verl plug-in refuses another aggregation.
 
@@ -70,11 +73,16 @@ from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry, Polic
 
 from respo import OBJECTIVES as CORE_OBJECTIVES
 from respo import build_objective
+from respo.core.registry import get_spec
 
-__all__ = ["OBJECTIVES", "REDUCTIONS", "REGISTERED", "RespoPolicyLoss", "register", "skyrl_name"]
+__all__ = ["OBJECTIVES", "NOT_SCALE_FREE", "REDUCTIONS", "REGISTERED", "RespoPolicyLoss", "register", "skyrl_name"]
 
-#: respo's objectives offered to SkyRL: all but the per-sequence ``gmpo``.
-OBJECTIVES = tuple(name for name in CORE_OBJECTIVES if not build_objective(name).per_sequence)
+#: respo's objectives offered to SkyRL: those whose per-sequence loss scales with the advantages (``scale_free``), but
+#: the per-sequence ``gmpo``.
+OBJECTIVES = tuple(name for name in CORE_OBJECTIVES if get_spec(name).scale_free and not build_objective(name).per_sequence)
+#: respo's objectives SkyRL's pre-scaled advantages cannot carry (a term not multiplied by Â, or a selection by a
+#: threshold on Â's scale: ``dro``, ``prime_rl``, ``kl_cov``, ``clip_cov``).
+NOT_SCALE_FREE = tuple(name for name in CORE_OBJECTIVES if not get_spec(name).scale_free)
 #: SkyRL's loss reduction -> respo's aggregation of the same loss (``prompt_mean`` has no respo name).
 REDUCTIONS = {"token_mean": "token-mean", "sequence_mean": "seq-mean-token-mean",
               "seq_mean_token_sum_norm": "seq-mean-token-sum-norm", "prompt_mean": None}  # fmt: skip
@@ -113,6 +121,9 @@ class RespoPolicyLoss:
     """
 
     def __init__(self, objective: str, **hparams: Any):
+        if objective in NOT_SCALE_FREE:
+            raise ValueError(f"respo objective {objective!r} cannot run in SkyRL: its loss does not scale with the "
+                             f"advantages, which SkyRL has already scaled by its loss reduction")
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown respo objective for SkyRL {objective!r}; known: {', '.join(OBJECTIVES)}")
         self.objective, self.hparams = objective, dict(hparams)
