@@ -60,12 +60,18 @@ $(ESTAMP): constraints-vllm.txt
 	$(EPY) -c "import vllm" 2>/dev/null
 	touch $(ESTAMP)
 
+# a host's environment: $(1) the folder, $(2) its constraints, $(3) the package (installed --no-deps), $(4) what its
+# loss module imports; torch 2.13.0 first, so that nothing pulls another build
+define host_env
+	test -x $(1)/bin/python || python3 -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q -c $(2) torch==2.13.0
+	$(1)/bin/python -m pip install -q --no-deps $(3)
+	$(1)/bin/python -m pip install -q -c $(2) $(4)
+endef
+
 $(ASTAMP): constraints-areal.txt
-	test -x $(APY) || python3 -m venv $(AVENV)
-	$(APY) -m pip install -q --upgrade pip
-	$(APY) -m pip install -q -c constraints-areal.txt torch==2.13.0
-	$(APY) -m pip install -q --no-deps areal==1.0.4
-	$(APY) -m pip install -q -c constraints-areal.txt $(AREAL_IMPORTS)
+	$(call host_env,$(AVENV),constraints-areal.txt,areal==1.0.4,$(AREAL_IMPORTS))
 	@# what pip check may report: the requirements of areal left out, and its torch pin (<2.11) against 2.13.0
 	@problems="$$($(APY) -m pip check | grep -v -E '^areal 1\.0\.4 requires [^,]+, which is not installed\.$$' | grep -v -E '^areal 1\.0\.4 has requirement torch<2\.11,>=2\.9\.1; .*, but you have torch 2\.13\.0\+cpu\.$$' | grep -v '^No broken requirements found\.$$')"; \
 	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
@@ -73,11 +79,7 @@ $(ASTAMP): constraints-areal.txt
 	touch $(ASTAMP)
 
 $(SSTAMP): constraints-skyrl.txt
-	test -x $(SPY) || python3 -m venv $(SVENV)
-	$(SPY) -m pip install -q --upgrade pip
-	$(SPY) -m pip install -q -c constraints-skyrl.txt torch==2.13.0
-	$(SPY) -m pip install -q --no-deps skyrl==0.3.0
-	$(SPY) -m pip install -q -c constraints-skyrl.txt $(SKYRL_IMPORTS)
+	$(call host_env,$(SVENV),constraints-skyrl.txt,skyrl==0.3.0,$(SKYRL_IMPORTS))
 	@problems="$$($(SPY) -m pip check | grep -v -E '^skyrl 0\.3\.0 requires [^,]+, which is not installed\.$$' | grep -v '^No broken requirements found\.$$')"; \
 	  if [ -n "$$problems" ]; then echo "$$problems"; exit 1; fi
 	@# skyrl 0.3.0 imports on Python 3.11 only with typing.TypedDict made typing_extensions' (its pydantic models need
