@@ -25,7 +25,7 @@ from respo.runtime.models import build_policy
 from respo.runtime.sampler import sample
 from respo.runtime.tasks import get_task
 from respo.runtime.tokenizer import build_char_tokenizer
-from respo.train.config import ConfigError, TrainConfig, validate
+from respo.train.config import ConfigError, Rollouts, TrainConfig, validate
 from respo.train.evaluate import evaluate_policy
 
 from trainer_support import small_cfg
@@ -190,18 +190,18 @@ def test_a_partial_rollout_through_the_engine_spans_versions_with_each_tokens_lo
     with torch.no_grad():
         for p in v1.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(7)))
-    cfg = small_cfg(mode="async", segment_tokens=4, max_new_tokens=12, group_size=2)
+    rollouts = Rollouts.of(small_cfg(mode="async", segment_tokens=4, max_new_tokens=12, group_size=2))
     examples = [ex for ex in task.examples("train", 4, 0) for _ in range(2)]
     rows = tok([ex.prompt for ex in examples])["input_ids"]
     pr = PartialRollout(rows, torch.arange(8) // 2, 12, tok.pad_token_id)
     g = torch.Generator().manual_seed(0)
     vllm_engine.sync_weights(v0)
-    assert not pr.step(vllm_engine, 0, 4, cfg, g)
-    pr.score(v0, cfg)
+    assert not pr.step(vllm_engine, 0, 4, rollouts.sampling, g)
+    pr.score(v0, rollouts)
     vllm_engine.sync_weights(v1)
-    while not pr.step(vllm_engine, 1, 4, cfg, g):
+    while not pr.step(vllm_engine, 1, 4, rollouts.sampling, g):
         pass
-    pr.score(v1, cfg)
+    pr.score(v1, rollouts)
     batch = pr.result(task, examples, tok, bypass=False)
     m, tv = batch.mask, batch.token_version
     lengths = m.sum(1).long()
