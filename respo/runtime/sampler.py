@@ -227,12 +227,15 @@ def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, mask
 
 
-def _check_args(prompts, max_new_tokens, temperature, top_p) -> None:
+def _check_prompts(prompts) -> None:
     if isinstance(prompts, str) or not len(prompts):
         raise ValueError("prompts must be a non-empty list of strings")
     bad = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
     if bad:
         raise ValueError(f"prompts must be strings; {len(bad)} rows are not (first: row {bad[0]})")
+
+
+def _check_options(max_new_tokens, temperature, top_p) -> None:
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     if temperature < 0:
@@ -242,51 +245,24 @@ def _check_args(prompts, max_new_tokens, temperature, top_p) -> None:
 
 
 @torch.no_grad()
-def sample(
-    model: torch.nn.Module,
-    tokenizer,
-    prompts: list[str],
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-    version: int = 0,
-    router_recorder=None,
-    stop_at_eos: bool = True,
-    drop_finished: bool = False,
-) -> Rollout:
+def sample(model: torch.nn.Module, tokenizer, prompts: list[str], *, max_new_tokens: int, **options) -> Rollout:
     """Sample one response per prompt with a KV cache; record behaviour log-probs.
+
+    The prompts are encoded with the tokenizer's special tokens and decoded from by `sample_ids`, which
+    stores them in the rollout.
 
     Args:
         model: a Hugging Face causal LM (its mode is left as it is; the presets have no dropout).
         tokenizer: its tokenizer; prompts are encoded with its special tokens, left-padded.
         prompts: B prompt strings (repeat a prompt G times for a group).
-        max_new_tokens: the most response tokens per row (EOS included).
-        temperature: sampling temperature (0 = greedy).
-        top_p: nucleus sampling mass.
-        generator: torch.Generator; the same seed gives the same rollout.
-        version: the policy version stored in the rollout.
-        router_recorder: optional context manager (e.g. ``respo.runtime.moe.RoutingRecorder``)
-            entered around the prefill and every decode step.
-        stop_at_eos: False keeps every row decoding for ``max_new_tokens`` steps (EOS is then
-            an ordinary token; used by the benchmark to fix the work done).
-        drop_finished: True takes rows that have emitted EOS out of the batch: whenever at most
-            half of the rows in the cache are alive, the cache keeps only the live ones (one
-            copy of the cached part; halving bounds the copies by about twice the cache), so
-            finished rows stop costing decode work. The draws then come from a smaller batch:
-            a seed gives other tokens than with False. Refused with ``router_recorder``
-            (routing records need every row at every step).
+        max_new_tokens, **options: the keyword arguments of `sample_ids` (all but ``prompts``).
 
     Returns:
-        A ``Rollout``; T is the number of decode steps taken (<= max_new_tokens): decoding
-        stops early once every row has emitted EOS.
+        A ``Rollout``, as `sample_ids` returns it, with ``prompts`` stored in it.
     """
-    _check_args(prompts, max_new_tokens, temperature, top_p)
+    _check_prompts(prompts)
     return sample_ids(model, tokenizer, tokenizer(list(prompts))["input_ids"], max_new_tokens=max_new_tokens,
-                      temperature=temperature, top_p=top_p, generator=generator, version=version,
-                      router_recorder=router_recorder, stop_at_eos=stop_at_eos, drop_finished=drop_finished,
-                      prompts=list(prompts))
+                      **options, prompts=list(prompts))
 
 
 @torch.no_grad()
@@ -305,14 +281,42 @@ def sample_ids(
     drop_finished: bool = False,
     prompts: list[str] | None = None,
 ) -> Rollout:
-    """`sample` from token ids: each of the B ``rows`` is a prompt already tokenized, or a prompt followed by
-    the response generated so far (a partial rollout continued with other weights: the continuation's
-    positions are those the tokens would have had in one pass, and the whole row is run again by ``model``,
-    so every new token is drawn from ``model``'s distribution given all that precedes it). The Rollout's
-    response holds the new tokens only; ``prompts`` (default: none) is stored in it as given."""
+    """Sample one response per row of token ids with a KV cache; record behaviour log-probs.
+
+    Each of the B ``rows`` is a prompt already tokenized, or a prompt followed by the response generated so
+    far (a partial rollout continued with other weights: the continuation's positions are those the tokens
+    would have had in one pass, and the whole row is run again by ``model``, so every new token is drawn
+    from ``model``'s distribution given all that precedes it). The Rollout's response holds the new tokens
+    only.
+
+    Args:
+        model: a Hugging Face causal LM (its mode is left as it is; the presets have no dropout).
+        tokenizer: its tokenizer (its EOS and pad ids; responses are decoded with it).
+        rows: B token-id lists, left-padded here.
+        max_new_tokens: the most response tokens per row (EOS included).
+        temperature: sampling temperature (0 = greedy).
+        top_p: nucleus sampling mass.
+        generator: torch.Generator; the same seed gives the same rollout.
+        version: the policy version stored in the rollout.
+        router_recorder: optional context manager (e.g. ``respo.runtime.moe.RoutingRecorder``)
+            entered around the prefill and every decode step.
+        stop_at_eos: False keeps every row decoding for ``max_new_tokens`` steps (EOS is then
+            an ordinary token; used by the benchmark to fix the work done).
+        drop_finished: True takes rows that have emitted EOS out of the batch: whenever at most
+            half of the rows in the cache are alive, the cache keeps only the live ones (one
+            copy of the cached part; halving bounds the copies by about twice the cache), so
+            finished rows stop costing decode work. The draws then come from a smaller batch:
+            a seed gives other tokens than with False. Refused with ``router_recorder``
+            (routing records need every row at every step).
+        prompts: the prompt strings stored in the rollout as given (default: none).
+
+    Returns:
+        A ``Rollout``; T is the number of decode steps taken (<= max_new_tokens): decoding
+        stops early once every row has emitted EOS.
+    """
     if not isinstance(rows, (list, tuple)) or not rows:
         raise ValueError("rows must be a non-empty list of token-id lists")
-    _check_args(["-"], max_new_tokens, temperature, top_p)
+    _check_options(max_new_tokens, temperature, top_p)
     if drop_finished and router_recorder is not None:
         raise ValueError("drop_finished=True would drop rows from the routing records; use one or the other")
     device = next(model.parameters()).device
