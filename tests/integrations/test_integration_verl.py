@@ -59,6 +59,16 @@ def actor_config(*extra: str):
     return omega_conf_to_dataclass(compose_verl(BASE_OVERRIDES + list(extra)).actor_rollout_ref.actor)
 
 
+def respo_actor(loss_mode: str, *fields: str):
+    """An ActorConfig in ``loss_mode`` whose policy_loss is respo's RespoPolicyLossConfig (through Hydra), with
+    its extra ``fields`` set (``"name=value"`` overrides, e.g. ``"m2po_tau=0.3"``)."""
+    return actor_config(
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
+        *(f"+actor_rollout_ref.actor.policy_loss.{f}" for f in fields),
+    )
+
+
 @pytest.fixture(scope="module")
 def default_actor():
     return actor_config("actor_rollout_ref.actor.policy_loss.loss_mode=respo")
@@ -67,13 +77,12 @@ def default_actor():
 @pytest.fixture(scope="module")
 def custom_actor():
     # respo's PolicyLossConfig subclass through Hydra, with non-default kernels.
-    return actor_config(
-        "actor_rollout_ref.actor.policy_loss.loss_mode=respo",
-        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
-        "+actor_rollout_ref.actor.policy_loss.respo_pos=[2.0,0.25,4.0]",
-        "+actor_rollout_ref.actor.policy_loss.respo_neg=[0.5,0.75,1.0]",
-        "+actor_rollout_ref.actor.policy_loss.reshaped_pos='vespo(1,1)'",  # quoted: Hydra would parse a call
-        "+actor_rollout_ref.actor.policy_loss.reshaped_neg='truncated(2)'",
+    return respo_actor(
+        "respo",
+        "respo_pos=[2.0,0.25,4.0]",
+        "respo_neg=[0.5,0.75,1.0]",
+        "reshaped_pos='vespo(1,1)'",  # quoted: Hydra would parse a call
+        "reshaped_neg='truncated(2)'",
     )
 
 
@@ -343,11 +352,7 @@ def test_m2po_equals_the_core_and_tau_passes_through_hydra(default_actor, mode):
 
     logp, old, adv, adv_seq, mask = batch(4)
     m = mask.double()
-    custom = actor_config(
-        "actor_rollout_ref.actor.policy_loss.loss_mode=m2po",
-        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
-        "+actor_rollout_ref.actor.policy_loss.m2po_tau=0.3",
-    )
+    custom = respo_actor("m2po", "m2po_tau=0.3")
     assert custom.policy_loss.m2po_tau == 0.3
     for config, tau in ((default_actor, 0.04), (custom, 0.3)):
         loss, metrics = get_policy_loss_fn("m2po")(old, logp, adv, mask, mode, config, None)
@@ -396,11 +401,7 @@ def test_opsm_by_hand_inside_verl(default_actor):
     assert metrics["respo/corr/mask_frac/neg"] == 1.0 and metrics["respo/corr/mask_frac/pos"] == 0.0
     assert metrics["respo/corr/silenced_adv_share/neg"] == 1.0
     assert metrics["actor/ppo_kl"] == pytest.approx((1 + 1 - 0.1 - 0.1) / 4)
-    loose = actor_config(
-        "actor_rollout_ref.actor.policy_loss.loss_mode=opsm",
-        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
-        "+actor_rollout_ref.actor.policy_loss.opsm_delta=2.0",
-    )
+    loose = respo_actor("opsm", "opsm_delta=2.0")
     assert loose.policy_loss.opsm_delta == 2.0
     loss, metrics = get_policy_loss_fn("opsm")(old, logp, adv, mask, "token-mean", loose, None)
     assert loss.item() == pytest.approx((1.6 - 2 * e) / 4, rel=1e-12)
@@ -417,11 +418,7 @@ def test_opsm_is_verls_ppo_loss_times_trls_mask(default_actor, mode):
     grpo_trainer = pytest.importorskip("trl.trainer.grpo_trainer")
     logp, old, adv, adv_seq, mask = batch(6)
     m = mask.double()
-    config = actor_config(
-        "actor_rollout_ref.actor.policy_loss.loss_mode=opsm",
-        "actor_rollout_ref.actor.policy_loss._target_=respo.integrations.verl.RespoPolicyLossConfig",
-        "+actor_rollout_ref.actor.policy_loss.opsm_delta=0.1",
-    )
+    config = respo_actor("opsm", "opsm_delta=0.1")
     keep = grpo_trainer.GRPOTrainer.get_off_policy_mask(adv_seq.unsqueeze(-1), logp.detach(), old, m, 0.1)  # (B, 1)
     assert 0 < keep.sum() < (m.sum(-1) > 0).sum()  # the example masks a row and keeps others
     loss, metrics = get_policy_loss_fn("opsm")(old, logp, adv, mask, mode, config, None)
