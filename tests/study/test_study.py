@@ -286,6 +286,12 @@ def test_report_says_when_no_run_left_its_first_rollout_step(tmp_path):
     assert "No run here got past its first rollout step" in best
 
 
+def _one_run_report(tmp_path) -> str:
+    """The report of one GRPO run (seed 0, every score 0.5, no evaluation, one start) under ``tmp_path/one``."""
+    _fake_run(tmp_path / "one", "grpo", 8, 1e-5, 0, [0.5] * 16)
+    return build_report([tmp_path / "one"], tmp_path / "report-one").read_text()
+
+
 def test_report_shows_greedy_accuracy_with_the_sweeps_starting_policy(tmp_path):
     sweep = tmp_path / "sweep"
     greedy = {("grpo", 0): 0.625, ("grpo", 1): 0.575, ("respo", 0): 0.2, ("respo", 1): 0.3}
@@ -303,9 +309,7 @@ def test_report_shows_greedy_accuracy_with_the_sweeps_starting_policy(tmp_path):
     assert "| grpo | **0.600 ± 0.035 (2)** |" in section and "| respo | 0.250 ± 0.071 (2) |" in section
     assert "| before RL (the starting policy, same protocol) | 0.562 |" in section
     # runs without a greedy evaluation get no such section
-    plain = tmp_path / "plain"
-    _fake_run(plain, "grpo", 8, 1e-5, 0, [0.5] * 16)
-    assert "greedy accuracy" not in build_report([plain], tmp_path / "report2").read_text()
+    assert "greedy accuracy" not in _one_run_report(tmp_path)
 
 
 def test_report_names_the_starting_policies_when_runs_hold_two(tmp_path):
@@ -326,9 +330,7 @@ def test_report_names_the_starting_policies_when_runs_hold_two(tmp_path):
     assert "These runs start from 2 policies" in section and "Pooled under `--starts-by-seed`" in section
     assert "aaaaaaaaaaaa: 2 runs, seeds 0, 1; bbbbbbbbbbbb: 1 run, seed 2." in section
     # one start: no such section
-    one = tmp_path / "one"
-    _fake_run(one, "grpo", 8, 1e-5, 0, [0.5] * 16)
-    assert "## Starting policies" not in build_report([one], tmp_path / "report2").read_text()
+    assert "## Starting policies" not in _one_run_report(tmp_path)
 
 
 def _two_seeds_reported(tmp_path):
