@@ -228,6 +228,16 @@ def test_a_run_builds_its_objective_once_and_train_writes_no_report(tmp_path, mo
     assert (run / "summary.json").is_file() and not (run / "report.md").exists() and not (run / "curve.png").exists()
 
 
+def _stale_batch(setup, cfg):
+    """A rollout batch of ``cfg.prompts`` from the setup's policy and a copy of that policy one REINFORCE update
+    past it, with its optimizer and schedule: ``(batch, model, opt, sched)``, the batch stale by one update."""
+    batch = _rollout(setup, cfg, cfg.prompts)
+    model = copy.deepcopy(setup[0].model)
+    opt, sched = make_optimizer(model, cfg)
+    update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "reinforce"})))
+    return batch, model, opt, sched
+
+
 @pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden:UserWarning")  # the gradient capture
 def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
     # The trainer takes one optimizer step per mini-batch, so the proximal policy of an update is the policy
@@ -235,10 +245,7 @@ def test_decoupled_in_the_reuse_schedule_needs_no_proximal_forward(setup):
     # test_on_policy_shortcut_equals_recomputation) and cost no extra forward. decoupled then has r = 1 and its
     # update equals token MIS on [0, C] of π_θ/π_old.
     cfg = _cfg(micro_batch=4)
-    batch = _rollout(setup, cfg, cfg.prompts)
-    model = copy.deepcopy(setup[0].model)
-    opt, sched = make_optimizer(model, cfg)
-    update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "reinforce"})))  # now batch is stale
+    batch, model, opt, sched = _stale_batch(setup, cfg)
     runs = {}
     for name, kw in (("decoupled", {"cap": 1.02}), ("mis", {"level": "token", "lo": 0.0, "hi": 1.02})):
         m = copy.deepcopy(model)
@@ -262,10 +269,7 @@ def test_m2po_diagnostics_describe_the_mask_each_micro_batch_applied(setup):
     from respo.core import corrections as C
 
     cfg = _cfg(micro_batch=2)
-    batch = _rollout(setup, cfg, cfg.prompts)
-    model = copy.deepcopy(setup[0].model)
-    opt, sched = make_optimizer(model, cfg)
-    update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "reinforce"})))  # now batch is stale
+    batch, model, opt, sched = _stale_batch(setup, cfg)
     before = copy.deepcopy(model)
     tau = 1e-4  # small enough that each micro-batch drops some tokens
     metrics, _ = update_step(model, opt, sched, batch, UpdateSettings.of(apply_overrides(cfg, {"objective": "m2po", "objective_kwargs": {"tau": tau}})))
