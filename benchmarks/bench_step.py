@@ -109,9 +109,21 @@ class ModelClock:
         torch.Tensor.backward = self._orig_backward
 
 
-def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) -> dict:
+def update_setup(preset: str, B: int, T: int, steps: int, seed: int):
+    """What each side of the update benchmark starts from: ``(tok, model, task, pool)``, the char tokenizer, the
+    preset policy in train mode with EOS suppressed and room for T + 64 positions, addition with DAPO's overlong
+    penalty at T, and B prompts for each of the ``steps`` + 1 updates (the first is the warm-up)."""
     from respo.runtime.tasks import get_task
     from respo.runtime.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    model = policy_for(preset, tok, seed, T + 64).train()
+    suppress_eos(model, tok.eos_token_id)
+    task = get_task("addition", overlong=(T, T - 1))
+    return tok, model, task, task.examples("train", B * (steps + 1), seed)
+
+
+def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) -> dict:
     from respo.train.config import Forward, Sampling, TrainConfig, apply_overrides
     from respo.train.policy import Policy
     from respo.core import group_advantages
@@ -119,11 +131,7 @@ def bench_respo(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) 
     from respo.train.rollout import recompute_logp, sample_rollout
     from respo.train.update import UpdateSettings, make_optimizer, update_step
 
-    tok = build_char_tokenizer()
-    model = policy_for(preset, tok, seed, T + 64).train()
-    suppress_eos(model, tok.eos_token_id)
-    task = get_task("addition", overlong=(T, T - 1))
-    pool = task.examples("train", B * (steps + 1), seed)
+    tok, model, task, pool = update_setup(preset, B, T, steps, seed)
     cfg = apply_overrides(TrainConfig(), {"model": preset, "warm_start": False, "objective": "grpo", "prompts": B,
                                           "group_size": G, "max_new_tokens": T, "lr": 1e-5, "warmup": 0})
     policy = Policy(model, tok, {})
@@ -166,14 +174,7 @@ def bench_trl(preset: str, B: int, G: int, T: int, steps: int, seed: int = 0) ->
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from respo.runtime.tasks import get_task
-    from respo.runtime.tokenizer import build_char_tokenizer
-
-    tok = build_char_tokenizer()
-    model = policy_for(preset, tok, seed, T + 64).train()
-    suppress_eos(model, tok.eos_token_id)
-    task = get_task("addition", overlong=(T, T - 1))
-    pool = task.examples("train", B * (steps + 1), seed)
+    tok, model, task, pool = update_setup(preset, B, T, steps, seed)
     ds = Dataset.from_list([{"prompt": e.prompt, "idx": i} for i, e in enumerate(pool)])
 
     def reward(prompts, completions, idx, completion_ids=None, **kw):
