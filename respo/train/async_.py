@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-__all__ = ["AsyncRollouts", "Job", "Producer", "STALENESS_POLICIES", "oldest_version"]
+__all__ = ["AsyncRollouts", "Job", "Producer", "STALENESS_POLICIES", "WholeBatch", "oldest_version"]
 
 POLL_S = 0.05  # how often a blocked put/get/hold wakes up to check for stop requests and worker errors
 TAKE_TIMEOUT_S = 600.0  # the learner gives up when no batch arrives for this long
@@ -77,8 +77,8 @@ def oldest_version(item: Any) -> int:
     return int(v.min().item()) if isinstance(v, torch.Tensor) else int(v)
 
 
-class _WholeBatch:
-    """A job of one step: ``produce(version)`` makes the whole batch."""
+class WholeBatch:
+    """A job of one step (`Job`): ``produce(version)`` makes the whole batch."""
 
     def __init__(self, produce: Callable[[int], Any]):
         self._produce, self._item = produce, None
@@ -99,7 +99,7 @@ class _WholeBatches:
         self._produce = produce
 
     def start(self, version: int) -> Job:
-        return _WholeBatch(self._produce)
+        return WholeBatch(self._produce)
 
 
 class AsyncRollouts:

@@ -24,12 +24,13 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterator, Protocol
 
 import torch
 
 from respo.runtime.engines import RolloutEngine
-from respo.train.async_ import AsyncRollouts
+from respo.train.async_ import AsyncRollouts, WholeBatch
 from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
 from respo.train.config import AsyncWorker, Rollouts
 from respo.train.metrics import timed
@@ -257,34 +258,22 @@ class _WorkerJobs:
 
     def start(self, version: int):
         indices = self.stream.next(self.rollouts.prompts)
-        return _PartialJob(self, indices) if self.segment_tokens else _WholeJob(self, indices)
+        return _PartialJob(self, indices) if self.segment_tokens else WholeBatch(partial(self._whole, indices))
+
+    def _whole(self, indices: list[int], version: int) -> MiniBatch:
+        """A whole rollout of the prompts ``indices`` with one version, then its ``old_logp`` under that version's
+        snapshot."""
+        src = self.source
+        with src._engine_lock:
+            batch, rec = sample_rollout(src.engine, self.task, self.pool, indices, self.rollouts.sampling,
+                                        src.generator, version)
+        with timed(rec, "old_logp"):
+            batch.old_logp = behaviour_or_recomputed(src.snapshot, batch, self.rollouts, start_row=0)
+        return MiniBatch(batch, False, {k.replace("time/", "time/worker_"): t for k, t in rec.items()})
 
     def load_job(self, state: dict):
         return _PartialJob(self, list(state["indices"]), PartialRollout.from_state(state["rollout"]),
                            dict(state["metrics"]))
-
-
-class _WholeJob:
-    """A whole rollout with one version, then its ``old_logp`` under that version's snapshot."""
-
-    def __init__(self, jobs: _WorkerJobs, indices: list[int]):
-        self.jobs, self.indices, self.item = jobs, indices, None
-
-    def step(self, version: int) -> bool:
-        j, src = self.jobs, self.jobs.source
-        with src._engine_lock:
-            batch, rec = sample_rollout(src.engine, j.task, j.pool, self.indices, j.rollouts.sampling, src.generator,
-                                        version)
-        with timed(rec, "old_logp"):
-            batch.old_logp = behaviour_or_recomputed(src.snapshot, batch, j.rollouts, start_row=0)
-        self.item = MiniBatch(batch, False, {k.replace("time/", "time/worker_"): t for k, t in rec.items()})
-        return True
-
-    def before_switch(self) -> None:
-        pass
-
-    def result(self) -> MiniBatch:
-        return self.item
 
 
 class _PartialJob:
