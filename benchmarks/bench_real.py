@@ -671,7 +671,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"--model {args.model} applies to --only schedules; the other benchmarks measure {MODEL}")
     torch.set_num_threads(args.threads)
     if args.only == "schedules":  # the runs load their own policy
-        print(json.dumps({"model": args.model, **bench_schedules(args)}), flush=True)
+        print(json.dumps(bench_schedules(args)), flush=True)
         return
     model, tok = load_pretrained(resolve_packaged(MODEL, args.cache_dir))
     runs = {"sample": lambda: bench_sample(model, tok, args), "train": lambda: bench_train(model, args),

@@ -56,7 +56,8 @@ __all__ = [
     "ADVANTAGE_KINDS", "AGG_MODES", "OBJECTIVES", "Objective", "RESPO_NEG", "RESPO_POS", "VESPO_NEG", "VESPO_POS",
     "agg_loss", "build_objective", "fold_rollout_log_ratio", "get_objective", "group_advantages", "hyperparameters",
     "kernel_from_spec", "policy_loss", "respo_kernel", "respo_phi", "sequence_kernels", "sequence_log_ratio",
-    "token_log_ratio", "token_staleness_metrics", "truncated_kernel", "two_branch", "unit_kernel", "vespo_kernel", "vespo_phi",
+    "token_log_ratio", "token_staleness_metrics", "truncated_kernel", "two_branch", "unit_kernel", "vespo_kernel",
+    "vespo_phi",
     "weight_diagnostics", "LoadBalance", "RouterShift", "expert_load", "load_balance", "missing_index", "moe_metrics",
     "router_shift", "routing_dtype", *_objectives.LOSS_FUNCTIONS,
 ]  # fmt: skip

@@ -10,8 +10,9 @@ s_it = c − v_it, and over the valid tokens (mask m_it = 1):
                       (the fraction of a response from lag k, averaged over its R responses)
     staleness/mixed = the share of responses whose tokens span two or more versions
 
-With one version per response these are the response-level numbers (the lag fractions are then the
-share of responses at each lag).
+With one version per response the lag fractions are the share of responses at each lag and ``mixed`` is 0;
+``staleness_mean`` stays a mean over tokens, which is the mean over responses when every response of the
+batch has one version (every batch respo makes without partial rollouts) or all have one length.
 """
 
 from __future__ import annotations

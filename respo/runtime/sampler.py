@@ -209,6 +209,11 @@ def sample_tokens(
     return tokens, logq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def pad_token_id(tokenizer) -> int | None:
+    """The id rows are padded with: the tokenizer's pad token, else its EOS (None if it has neither)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists to a common length P (works for tokenizers without a pad token).
 
@@ -321,7 +326,7 @@ def sample_ids(
         raise ValueError("drop_finished=True would drop rows from the routing records; use one or the other")
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    pad = pad_token_id(tokenizer)
     if eos is None:
         raise ValueError("tokenizer has no eos_token_id: the sampler needs one to stop rows")
     prompt_ids, prompt_mask = left_pad([list(r) for r in rows], pad)  # (B, P)

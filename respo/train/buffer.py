@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["Batch", "RolloutBuffer", "PromptStream", "staleness_stats", "repeated_prompts"]
+__all__ = ["Batch", "RolloutBuffer", "PromptStream", "repeated_prompts"]
 
 
 @dataclass
@@ -85,12 +85,6 @@ class Batch:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Batch":
         return cls(**state)
-
-
-def staleness_stats(version: torch.Tensor, current: int) -> tuple[float, int]:
-    """Mean and max staleness ``current - version`` over rows."""
-    s = (current - version).to(torch.float64)  # (S,)
-    return float(s.mean().item()), int(s.max().item())
 
 
 def repeated_prompts(batch: Batch, group_size: int) -> int:

@@ -35,13 +35,13 @@ from respo.core.mismatch import ROLLOUT_CORRECTIONS
 from respo.runtime.engines import ENGINES
 from respo.runtime.engines.vllm import ENGINE_DTYPES
 from respo.runtime.precision import DTYPES, device_problem
+from respo.train.async_ import STALENESS_POLICIES
 
 __all__ = ["TrainConfig", "ConfigError", "load_config", "validate", "config_to_dict", "apply_overrides",
            "model_dir_problem", "RULES", "rule", "MicroBatching", "Forward", "Sampling", "RolloutCorrection",
            "Rollouts", "AsyncWorker"]
 
 MODES = ("sync", "async")
-STALENESS_POLICIES = ("drop", "wait")
 
 
 class ConfigError(RespoError, ValueError):

@@ -30,6 +30,7 @@ from typing import Any, Iterator, Protocol
 import torch
 
 from respo.runtime.engines import RolloutEngine
+from respo.runtime.sampler import pad_token_id
 from respo.train.async_ import AsyncRollouts, WholeBatch
 from respo.train.buffer import Batch, PromptStream, RolloutBuffer, repeated_prompts
 from respo.train.config import AsyncWorker, Rollouts
@@ -252,9 +253,7 @@ class _WorkerJobs:
                  stream: PromptStream):
         self.source, self.task, self.pool, self.stream = source, task, pool, stream
         self.rollouts, self.segment_tokens = rollouts, segment_tokens
-        self.tokenizer = policy.tokenizer
-        tok = policy.tokenizer
-        self.pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.tokenizer, self.pad = policy.tokenizer, pad_token_id(policy.tokenizer)
 
     def start(self, version: int):
         indices = self.stream.next(self.rollouts.prompts)

@@ -38,7 +38,7 @@ import torch
 
 from respo.errors import RespoError
 from respo.runtime.precision import BF16_MIN_SPEEDUP, bf16_speedup, cpu_flags, emulated_bf16_note
-from respo.runtime.sampler import Rollout, left_pad
+from respo.runtime.sampler import Rollout, left_pad, pad_token_id
 
 __all__ = ["VLLMEngine", "EngineError", "engine_python", "bf16_speedup", "resolve_engine_dtype", "cpu_flags",
            "BF16_MIN_SPEEDUP", "PYTHON_ENV", "ENGINE_DTYPES"]
@@ -180,7 +180,7 @@ class VLLMEngine:
         self.eos = tokenizer.eos_token_id
         if self.eos is None:
             raise EngineError("the tokenizer has no eos_token_id: the engine needs one to stop responses")
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
+        self.pad = pad_token_id(tokenizer)
         config = model.config
         width = int(getattr(config.get_text_config(decoder=True), "hidden_size", 576))
         self.dtype, speedup = resolve_engine_dtype(dtype, width)
