@@ -15,7 +15,7 @@ CELLS=${CELLS:-calib}
 TITLE=${TITLE:-"Real model (SmolLM2-135M-Instruct): regime calibration"}
 
 if [ "$#" -gt 0 ]; then
-  $PY -m respo report "$@" --out $R/$CELLS --title "$TITLE"
+  $PY -m respo report "$@" --out $R/$CELLS --kernels-figure reports/kernels.png --title "$TITLE"
 fi
 
 # tables from runs.csv (the run directories are not needed): the blocks of README.md and calib/table.md
