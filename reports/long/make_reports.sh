@@ -6,61 +6,63 @@
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 R=reports/long
+# every report links the one kernels figure, reports/kernels.png, instead of writing its own copy
+report() { $PY -m respo report --kernels-figure reports/kernels.png "$@"; }
 
 if [ -d runs/long/calib-128 ] && [ -d runs/long/h128 ] && [ -d runs/long/calib-256 ]; then
   # 128 tokens: calibration (64 updates, seed 0), pilot (64 updates, 3 seeds), main cell (256 updates)
-  $PY -m respo report runs/long/calib-128/runs/*_u64 --out $R/calib-128 --kernels-figure reports/kernels.png --title "Long responses: 128-token calibration"
-  $PY -m respo report runs/long/calib-128/runs/*_s? --out $R/headline-128 --kernels-figure reports/kernels.png --title "Long responses: 128-token headline pilot" --shared-lr 3e-5
-  $PY -m respo report runs/long/h128/runs/* --out $R/main-128 --kernels-figure reports/kernels.png --title "Long responses: 128 tokens, N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
+  report runs/long/calib-128/runs/*_u64 --out $R/calib-128 --title "Long responses: 128-token calibration"
+  report runs/long/calib-128/runs/*_s? --out $R/headline-128 --title "Long responses: 128-token headline pilot" --shared-lr 3e-5
+  report runs/long/h128/runs/* --out $R/main-128 --title "Long responses: 128 tokens, N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
   # 256 tokens: calibration and headline cell (64 updates; they share one sweep directory)
-  $PY -m respo report runs/long/calib-256/runs/* --out $R/calib-256 --kernels-figure reports/kernels.png --title "Long responses: 256 tokens" --shared-lr 1e-4
+  report runs/long/calib-256/runs/* --out $R/calib-256 --title "Long responses: 256 tokens" --shared-lr 1e-4
 fi
 if compgen -G "runs/long/corr-pilot/runs/*_s[34]_u64" > /dev/null; then
   # the staleness corrections' pilot at 128 tokens (its own, rebuilt warm start; not pooled by the long
   # recommendation). Seeds 0-2's run directories are gone: their runs.csv is kept as committed, and seeds
   # 3 and 4 (run later on the same warm start, rebuilt bit for bit) have their own report and runs.csv.
-  $PY -m respo report runs/long/corr-pilot/runs/*_s[34]_u64 --out $R/corr-pilot-128/seeds-3-4 --kernels-figure reports/kernels.png \
+  report runs/long/corr-pilot/runs/*_s[34]_u64 --out $R/corr-pilot-128/seeds-3-4 \
       --title "Staleness corrections at 128 tokens: pilot, seeds 3 and 4" --shared-lr 3e-5
 fi
 if [ -d runs/long/h128c ]; then
   # the staleness corrections over 8 rollout steps at 128 tokens (256 updates; the corrections' pilot's
   # rebuilt warm start)
-  $PY -m respo report runs/long/h128c/runs/* --out $R/corr-main-128 --kernels-figure reports/kernels.png \
+  report runs/long/h128c/runs/* --out $R/corr-main-128 \
       --title "Staleness corrections at 128 tokens: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
 fi
 if [ -d runs/long/h128f ]; then
   # the staleness corrections in the main 128-token cell (256 updates; main-128's warm start, rebuilt with an
   # identical SFT record). Its VESPO run at lr 1e-4, seed 0 is a reproduction check of main-128's (equal in every column) and
   # is left out: main-128/runs.csv holds that seed.
-  $PY -m respo report $(ls -d runs/long/h128f/runs/* | grep -v '/tiny-dense_vespo_N32_G8_lr0.0001_s0_u256$') \
-      --out $R/main-128-corrections --kernels-figure reports/kernels.png \
+  report $(ls -d runs/long/h128f/runs/* | grep -v '/tiny-dense_vespo_N32_G8_lr0.0001_s0_u256$') \
+      --out $R/main-128-corrections \
       --title "Staleness corrections in the 128-token main cell: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
 fi
 if [ -d runs/long/h128e ]; then
   # decoupled PPO, the crossed ablation and TIS against VESPO at lr 1e-4 (256 updates) from a third 128-token
   # warm start (the same SFT settings built on another machine: another policy, not pooled with the others)
-  $PY -m respo report runs/long/h128e/runs/* --out $R/corr-1e-4-128 --kernels-figure reports/kernels.png \
+  report runs/long/h128e/runs/* --out $R/corr-1e-4-128 \
       --title "Staleness corrections at lr 1e-4, 128 tokens, N = 32, 256 updates: a third warm start" --shared-lr 1e-4
 fi
 if [ -d runs/long/h128t ]; then
   # the newer trust regions and rejection rules (DPPO-TV, LUSPO, KL-k3 rejection) against VESPO and TIS at
   # 128 tokens, N = 32, 256 updates, from a fourth 128-token warm start (not pooled with the others)
-  $PY -m respo report runs/long/h128t/runs/* --out $R/trust-128 --kernels-figure reports/kernels.png \
+  report runs/long/h128t/runs/* --out $R/trust-128 \
       --title "Newer trust regions and rejection rules at 128 tokens: N = 32, 256 updates (a fourth warm start)" --shared-lr 3e-5
 fi
 if [ -d runs/long/h128r ]; then
   # the frameworks' other policy-loss rules (verl's gpg, dro, kl_cov, clip_cov; prime-rl's loss; TRL's two-sided
   # clip) against VESPO at 128 tokens, N = 32, 256 updates, from main-128's start rebuilt on another machine
-  $PY -m respo report runs/long/h128r/runs/* --out $R/rules-128 --kernels-figure reports/kernels.png \
+  report runs/long/h128r/runs/* --out $R/rules-128 \
       --title "The frameworks' other policy-loss rules at 128 tokens: N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
 fi
 if [ -d runs/long/moe128 ]; then
   # the MoE cell at 128 tokens: VESPO, ReSPO and TIS with and without routing replay (tiny-moe warm start)
-  $PY -m respo report runs/long/moe128/runs/* --out $R/moe-128 --kernels-figure reports/kernels.png --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
+  report runs/long/moe128/runs/* --out $R/moe-128 --title "MoE at 128 tokens: routing replay" --shared-lr 3e-5
 fi
 if [ -d runs/long/moe128m ]; then
   # the same MoE cell over 8 rollout steps (256 updates; the same tiny-moe warm start, rebuilt with an identical SFT record)
-  $PY -m respo report runs/long/moe128m/runs/* --out $R/moe-128-main --kernels-figure reports/kernels.png \
+  report runs/long/moe128m/runs/* --out $R/moe-128-main \
       --title "MoE at 128 tokens: routing replay, N = 32, 256 updates (8 rollout steps)" --shared-lr 3e-5
 fi
 
